@@ -1,0 +1,63 @@
+"""The port every engine adapter implements, and the settings it is built from.
+
+An adapter turns canonical requests into one engine's wire format, sends them over a pooled HTTP
+connection and turns the answers back into canonical results or events. It raises only
+`mindrouter.errors` types, translated once here at the edge where the foreign errors arise:
+
+- `UpstreamUnavailable`  connection refused/reset/dropped (also mid-stream), or a 5xx, 429 or 503
+                         (`status` set when there was one);
+- `UpstreamTimeout`      connect, first-byte or total time exceeded;
+- `ContextLengthExceeded` the engine said the input does not fit;
+- `ModelNotFound`        the engine does not serve the model;
+- `UpstreamRejected`     any other 4xx, with the engine's own message and status.
+
+Streams end with exactly one `Done(usage)`; failures are raised, never yielded, so the caller
+knows whether anything reached its client. Closing the iterator early (`aclose()`) closes the
+upstream connection at once, which is how an engine learns that the client went away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from mindrouter.canonical import (
+    ChatRequest,
+    ChatResult,
+    CompletionRequest,
+    EmbeddingRequest,
+    EmbeddingResult,
+    StreamEvent,
+)
+
+Engine = Literal["vllm", "ollama", "llamacpp", "openai"]
+ENGINES: tuple[Engine, ...] = ("vllm", "ollama", "llamacpp", "openai")
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect: float = 10.0
+    first_byte: float = 60.0
+    total: float = 180.0
+
+
+class EngineAdapter(Protocol):
+    engine: Engine
+    url: str
+
+    async def chat(self, req: ChatRequest) -> ChatResult: ...
+
+    def chat_stream(self, req: ChatRequest) -> AsyncIterator[StreamEvent]: ...
+
+    async def complete(self, req: CompletionRequest) -> ChatResult: ...
+
+    def complete_stream(self, req: CompletionRequest) -> AsyncIterator[StreamEvent]: ...
+
+    async def embed(self, req: EmbeddingRequest) -> EmbeddingResult: ...
+
+    async def count_chat_tokens(self, req: ChatRequest) -> int | None:
+        """The engine's own count of the rendered prompt, or None when it has no tokenizer."""
+        ...
+
+    async def aclose(self) -> None: ...

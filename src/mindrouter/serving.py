@@ -1,0 +1,119 @@
+"""Run an ASGI application with uvicorn on a socket we bind ourselves.
+
+Binding first lets callers ask for port 0 and learn the real port before any request is sent,
+which the demo (several in-process servers) and the tests (many servers, no fixed ports) rely on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from typing import Any
+
+import uvicorn
+
+
+def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _config(app: Any, log_level: str) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=2,
+    )
+
+
+class InLoopServer:
+    """A uvicorn server running as a task of the current event loop."""
+
+    def __init__(
+        self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+    ):
+        self._sock = bind_socket(host, port)
+        self.host = host
+        self.port: int = self._sock.getsockname()[1]
+        self._server = uvicorn.Server(_config(app, log_level))
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    async def start(self) -> None:
+        self._server.config.setup_event_loop = lambda: None  # type: ignore[method-assign]
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]))
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()
+            await asyncio.sleep(0.005)
+
+    async def stop(self) -> None:
+        self._server.should_exit = True
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._sock.close()
+
+    async def serve_forever(self) -> None:
+        await self.start()
+        assert self._task is not None
+        await self._task
+
+
+class ThreadServer:
+    """A uvicorn server on its own thread and event loop, for synchronous callers (tests, SDKs)."""
+
+    def __init__(
+        self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+    ):
+        self._sock = bind_socket(host, port)
+        self.host = host
+        self.port: int = self._sock.getsockname()[1]
+        self._server = uvicorn.Server(_config(app, log_level))
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> ThreadServer:
+        def run() -> None:
+            try:
+                asyncio.run(self._server.serve(sockets=[self._sock]))
+            except BaseException as exc:  # surfaced to the starting thread below
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name=f"server:{self.port}", daemon=True)
+        self._thread.start()
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError(f"server on port {self.port} failed to start") from self._error
+            self._thread.join(0.005)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+        self._sock.close()
+
+    def __enter__(self) -> ThreadServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
