@@ -1,0 +1,118 @@
+"""Composition root: builds the catalog, the backend adapters and the pipeline; mounts the routes."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mindrouter.backends import build_adapter
+from mindrouter.backends.base import EngineAdapter
+from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
+from mindrouter.http.common import json_response, new_context
+from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
+from mindrouter.http.openai_routes import openai_routes
+from mindrouter.observability.logging import log
+from mindrouter.pipeline.gateway import Gateway
+from mindrouter.routing.catalog import BackendState, Catalog, ModelSpec
+from mindrouter.settings import Settings
+
+
+def build_catalog(settings: Settings) -> Catalog:
+    specs = [
+        ModelSpec(
+            name=m.name,
+            context_length=m.context_length,
+            capabilities=frozenset(m.capabilities),
+            aliases=tuple(m.aliases),
+        )
+        for m in settings.models
+    ]
+    backends = []
+    for b in settings.backends:
+        # Without an explicit list, a backend is taken to serve every configured model.
+        serves = (
+            {m.name: m.upstream for m in b.models}
+            if b.models is not None
+            else {s.name: s.name for s in specs}
+        )
+        backends.append(
+            BackendState(
+                name=b.name,
+                engine=b.engine,
+                max_concurrent=b.max_concurrent,
+                priority=b.priority,
+                gpu=b.gpu,
+                serves=serves,
+            )
+        )
+    return Catalog(specs, backends)
+
+
+def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdapter]:
+    adapters: dict[str, EngineAdapter] = {}
+    for b in settings.backends:
+        adapters[b.name] = build_adapter(
+            b.engine, b.url, timeouts=settings.timeouts, api_key=b.api_key, name=b.name
+        )
+    return adapters
+
+
+def _error_handlers(app: FastAPI) -> None:
+    async def on_gateway_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, MindRouterError)
+        return error_response(exc, dialect_for_path(request.url.path), request_id_of(request))
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        path = request.url.path
+        err: MindRouterError
+        if exc.status_code == 404:
+            err = NotFound(f"no such endpoint: {request.method} {path}")
+        elif exc.status_code == 405:
+            err = InvalidRequest(f"method {request.method} is not allowed on {path}")
+        else:
+            err = InvalidRequest(str(exc.detail))
+        response = error_response(err, dialect_for_path(path), request_id_of(request))
+        if exc.status_code == 405:
+            response.status_code = 405
+        return response
+
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        log.error("unhandled error", path=request.url.path, exc_info=exc)
+        err = InternalError("the gateway failed to handle this request; it has been logged")
+        return error_response(err, dialect_for_path(request.url.path), request_id_of(request))
+
+    app.add_exception_handler(MindRouterError, on_gateway_error)
+    app.add_exception_handler(HTTPException, on_http_error)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def build_app(settings: Settings) -> FastAPI:
+    catalog = build_catalog(settings)
+    adapters = build_adapters(settings, catalog)
+    gateway = Gateway(catalog, adapters)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            for adapter in adapters.values():
+                await adapter.aclose()
+
+    app = FastAPI(title="MindRouter", version="0.1.0", lifespan=lifespan)
+    app.state.gateway = gateway
+    app.state.settings = settings
+    _error_handlers(app)
+
+    async def healthz(request: Request) -> Response:
+        return json_response({"status": "ok"}, new_context(request, "openai"))
+
+    app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
+    app.router.routes.extend(openai_routes(gateway, settings))
+    return app

@@ -1,0 +1,227 @@
+"""The pooled HTTP client an adapter talks to its engine through, with stream line decoding.
+
+One `aiohttp.ClientSession` per adapter, created lazily on the running loop, keeps connections
+alive between requests. Bodies go out as orjson bytes. Streams are decoded line by line as the
+bytes arrive (SSE for OpenAI-style engines, NDJSON for Ollama); nothing buffers a whole body.
+
+Timeouts (`base.Timeouts`):
+- connect:    the TCP connect (`ClientTimeout.sock_connect`);
+- first_byte: for streamed calls, from sending until the headers *and* the first body line
+  arrived. Non-streamed generation answers only when it is finished, so those calls are bounded
+  by `total` alone;
+- total:      the whole attempt, including reading the stream (`ClientTimeout.total`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Mapping
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import orjson
+
+from mindrouter.backends.base import Timeouts
+from mindrouter.backends.failures import (
+    CLIENT_FAILURES,
+    error_from_exception,
+    error_from_status,
+    invalid_json,
+)
+from mindrouter.canonical import StreamEvent
+from mindrouter.errors import UpstreamTimeout
+
+# Below the 5 s idle timeout of uvicorn (vLLM) and cpp-httplib (llama.cpp), so that we never pick
+# up a pooled connection the server is about to close.
+KEEPALIVE_SECONDS = 4.0
+# A single stream line can be large (a whole Ollama tool call, a final line with metrics).
+MAX_LINE = 16 * 1024 * 1024
+# How long to wait for the end of a body after the stream's end marker before giving up on
+# reusing the connection.
+DRAIN_SECONDS = 0.1
+# What the adapters' stream methods return: a generator, not just an iterator, because callers
+# `aclose()` it when their client goes away.
+StreamEvents = AsyncGenerator[StreamEvent, None]
+# Timeouts are frozen, so one shared default instance serves every adapter.
+DEFAULT_TIMEOUTS = Timeouts()
+
+
+class Upstream:
+    """POSTs JSON to one engine and opens streams from it."""
+
+    def __init__(
+        self,
+        root: str,
+        *,
+        timeouts: Timeouts,
+        backend: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.root = root.rstrip("/")
+        self.backend = backend
+        self.timeouts = timeouts
+        self._headers = {"Content-Type": "application/json", **(headers or {})}
+        self._client_timeout = aiohttp.ClientTimeout(
+            total=timeouts.total, sock_connect=timeouts.connect
+        )
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        session = self._session
+        if session is None or session.closed or self._loop is not loop:
+            # A session is bound to the loop it was made on; a new loop (tests, a restarted
+            # worker) gets a new one rather than a pool whose sockets belong to a dead loop.
+            connector = aiohttp.TCPConnector(
+                limit=0, keepalive_timeout=KEEPALIVE_SECONDS, ttl_dns_cache=300
+            )
+            session = aiohttp.ClientSession(
+                connector=connector, timeout=self._client_timeout, headers=self._headers
+            )
+            self._session, self._loop = session, loop
+        return session
+
+    async def post_json(self, path: str, body: Mapping[str, Any], model: str) -> Any:
+        """POST a JSON body and return the decoded JSON answer; raise on any failure."""
+        stage = f"calling {path}"
+        try:
+            async with self.session().post(self.root + path, data=orjson.dumps(body)) as resp:
+                status = resp.status
+                raw = await resp.read()
+        except CLIENT_FAILURES as exc:
+            raise error_from_exception(exc, self.backend, stage) from exc
+        if status >= 400:
+            raise error_from_status(status, raw, model, self.backend)
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise invalid_json(self.backend, stage) from exc
+
+    def stream(self, path: str, body: Mapping[str, Any], model: str) -> UpstreamStream:
+        """`async with upstream.stream(...) as s:` then read lines or events from `s`."""
+        return UpstreamStream(self, path, body, model)
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            await session.close()
+
+
+class UpstreamStream:
+    """One streamed response. Leaving the block early closes the connection (not pooled), so the
+    engine sees the disconnect and stops generating; reading to the end returns it to the pool."""
+
+    __slots__ = ("_body", "_finished", "_first", "_model", "_path", "_resp", "_up")
+
+    def __init__(self, up: Upstream, path: str, body: Mapping[str, Any], model: str) -> None:
+        self._up = up
+        self._path = path
+        self._body = body
+        self._model = model
+        self._resp: aiohttp.ClientResponse | None = None
+        self._first: bytes | None = None
+        self._finished = False
+
+    async def __aenter__(self) -> UpstreamStream:
+        up = self._up
+        stage = f"opening the stream at {self._path}"
+        deadline = asyncio.timeout(up.timeouts.first_byte)
+        try:
+            async with deadline:
+                resp = await up.session().post(up.root + self._path, data=orjson.dumps(self._body))
+                try:
+                    if resp.status >= 400:
+                        raw = await resp.read()
+                        resp.release()  # the body was read whole: the connection can be reused
+                        raise error_from_status(resp.status, raw, self._model, up.backend)
+                    self._first = await resp.content.readline(max_line_length=MAX_LINE)
+                except BaseException:
+                    resp.close()
+                    raise
+        except CLIENT_FAILURES as exc:
+            if deadline.expired():
+                raise UpstreamTimeout(
+                    f"{up.backend}: no first byte within {up.timeouts.first_byte:g} s", up.backend
+                ) from exc
+            raise error_from_exception(exc, up.backend, stage) from exc
+        self._resp = resp
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        resp = self._resp
+        if resp is None:
+            return
+        if self._finished and exc_type is None:
+            resp.release()
+        else:
+            resp.close()
+
+    async def finish(self) -> None:
+        """Read what is left of the body (after the protocol's end marker that is normally just
+        the end of the chunked encoding) so the connection can go back to the pool. A body that
+        does not end promptly is not waited for: the connection is closed instead."""
+        assert self._resp is not None
+        content = self._resp.content
+        try:
+            async with asyncio.timeout(DRAIN_SECONDS):
+                while await content.readany():
+                    pass
+        except CLIENT_FAILURES:
+            return
+        self._finished = True
+
+    async def readline(self) -> bytes:
+        """The next raw line including its newline; b"" at the end of the body."""
+        first = self._first
+        if first is not None:
+            self._first = None
+            return first
+        assert self._resp is not None
+        try:
+            return await self._resp.content.readline(max_line_length=MAX_LINE)
+        except CLIENT_FAILURES as exc:
+            raise error_from_exception(exc, self._up.backend, "reading the stream") from exc
+
+    async def next_sse_data(self) -> bytes | None:
+        """The data of the next server-sent event, or None at the end of the body.
+
+        Comment lines (`:` keep-alives) and fields other than `data` are skipped; several `data`
+        lines in one event are joined with a newline, as the SSE specification says.
+        """
+        data: bytes | None = None
+        while True:
+            line = await self.readline()
+            if not line:
+                return data
+            line = line.rstrip(b"\r\n")
+            if not line:
+                if data is not None:
+                    return data
+                continue
+            if line.startswith(b"data:"):
+                chunk = line[6:] if line[5:6] == b" " else line[5:]
+                data = chunk if data is None else data + b"\n" + chunk
+
+    async def next_json_line(self) -> Any:
+        """The next NDJSON object, or None at the end of the body (blank lines are skipped)."""
+        while True:
+            line = await self.readline()
+            if not line:
+                return None
+            line = line.strip()
+            if line:
+                return load_stream_json(line, self._up.backend)
+
+
+def load_stream_json(payload: bytes, backend: str) -> Any:
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_json(backend, "reading the stream") from exc

@@ -1,0 +1,155 @@
+"""Ollama's native API (/api/chat, /api/generate, /api/embed) with NDJSON streaming.
+
+Configured URL: the server root (`http://host:11434`), with or without a trailing `/api`.
+
+Context length: Ollama loads a model with `options.num_ctx`, and a different value reloads it.
+So the size is a per-model setting, not a per-request one: the adapter keeps
+`context_lengths` (model name → tokens, from the gateway's model configuration; the composition
+root may update it as models are discovered) and sends `num_ctx` for the models listed there.
+Models not listed run with the server's default.
+
+A model without the thinking capability answers 400 "does not support thinking" when `think` is
+sent; that is surfaced as `UpstreamRejected` rather than retried without `think`, because
+silently dropping an explicit reasoning request would change what the client asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mindrouter.backends.base import Engine, Timeouts
+from mindrouter.backends.http import DEFAULT_TIMEOUTS, StreamEvents, Upstream
+from mindrouter.backends.ollama_results import OllamaDecoder, add_usage, decode_embed
+from mindrouter.backends.ollama_wire import encode_chat, encode_embed, encode_generate
+from mindrouter.canonical import (
+    ChatRequest,
+    ChatResult,
+    CompletionRequest,
+    Done,
+    EmbeddingRequest,
+    EmbeddingResult,
+    StreamEvent,
+    TextDelta,
+    Usage,
+    assemble,
+)
+from mindrouter.errors import UpstreamUnavailable
+from mindrouter.tokens import count_text, estimate_chat_input, estimate_embedding_input
+
+
+def ollama_root(url: str) -> str:
+    root = url.rstrip("/")
+    return root[:-4] if root.endswith("/api") else root
+
+
+class OllamaAdapter:
+    engine: Engine = "ollama"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeouts: Timeouts = DEFAULT_TIMEOUTS,
+        api_key: str | None = None,
+        name: str | None = None,
+        context_lengths: Mapping[str, int] | None = None,
+    ) -> None:
+        self.url = url
+        self.name = name or url
+        self.context_lengths: dict[str, int] = dict(context_lengths or {})
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self.http = Upstream(
+            ollama_root(url), timeouts=timeouts, backend=self.name, headers=headers
+        )
+
+    def _chat_decoder(self, req: ChatRequest) -> OllamaDecoder:
+        return OllamaDecoder(self.name, keep_reasoning=req.reasoning.return_reasoning)
+
+    async def chat(self, req: ChatRequest) -> ChatResult:
+        body = encode_chat(req, stream=False, num_ctx=self.context_lengths.get(req.model))
+        data = await self.http.post_json("/api/chat", body, req.model)
+        decoder = self._chat_decoder(req)
+        if not decoder.feed(data):
+            decoder.feed({"done": True})
+        usage = decoder.usage(lambda: estimate_chat_input(req))
+        return assemble(req.model, [*decoder.out, Done(usage)])
+
+    async def chat_stream(self, req: ChatRequest) -> StreamEvents:
+        body = encode_chat(req, stream=True, num_ctx=self.context_lengths.get(req.model))
+        decoder = self._chat_decoder(req)
+        out = decoder.out
+        # The read loop is written out here rather than in a shared inner generator, so that
+        # closing this generator closes the upstream connection at once.
+        async with self.http.stream("/api/chat", body, req.model) as stream:
+            while (obj := await stream.next_json_line()) is not None:
+                last = decoder.feed(obj)
+                for event in out:
+                    yield event
+                out.clear()
+                if last:
+                    break
+            await stream.finish()
+        self._check_done(decoder)
+        yield Done(decoder.usage(lambda: estimate_chat_input(req)))
+
+    async def complete(self, req: CompletionRequest) -> ChatResult:
+        events: list[StreamEvent] = []
+        usage = Usage()
+        num_ctx = self.context_lengths.get(req.model)
+        # /api/generate takes one prompt; several prompts run one after another, one choice each.
+        for i, prompt in enumerate(req.prompt):
+            body = encode_generate(req, prompt, stream=False, num_ctx=num_ctx)
+            data = await self.http.post_json("/api/generate", body, req.model)
+            decoder = OllamaDecoder(self.name, choice=i, generate=True)
+            if req.echo:
+                events.append(TextDelta(prompt, i))
+            if not decoder.feed(data):
+                decoder.feed({"done": True})
+            events.extend(decoder.out)
+            usage = add_usage(usage, decoder.usage(_counter(prompt)))
+        events.append(Done(usage))
+        return assemble(req.model, events)
+
+    async def complete_stream(self, req: CompletionRequest) -> StreamEvents:
+        usage = Usage()
+        num_ctx = self.context_lengths.get(req.model)
+        for i, prompt in enumerate(req.prompt):
+            body = encode_generate(req, prompt, stream=True, num_ctx=num_ctx)
+            decoder = OllamaDecoder(self.name, choice=i, generate=True)
+            out = decoder.out
+            if req.echo:
+                yield TextDelta(prompt, i)
+            async with self.http.stream("/api/generate", body, req.model) as stream:
+                while (obj := await stream.next_json_line()) is not None:
+                    last = decoder.feed(obj)
+                    for event in out:
+                        yield event
+                    out.clear()
+                    if last:
+                        break
+                await stream.finish()
+            self._check_done(decoder)
+            usage = add_usage(usage, decoder.usage(_counter(prompt)))
+        yield Done(usage)
+
+    def _check_done(self, decoder: OllamaDecoder) -> None:
+        if not decoder.done:
+            raise UpstreamUnavailable(
+                f"{self.name}: the stream ended before the answer was finished", self.name
+            )
+
+    async def embed(self, req: EmbeddingRequest) -> EmbeddingResult:
+        data: Any = await self.http.post_json("/api/embed", encode_embed(req), req.model)
+        return decode_embed(data, req.model, lambda: estimate_embedding_input(req))
+
+    async def count_chat_tokens(self, req: ChatRequest) -> int | None:
+        # Ollama has no tokenizer endpoint; the pipeline falls back to its estimate.
+        return None
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+def _counter(prompt: str) -> Callable[[], int]:
+    return lambda: count_text(prompt)

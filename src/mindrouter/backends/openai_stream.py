@@ -1,0 +1,167 @@
+"""OpenAI wire stream chunks → canonical stream events (pure, no I/O).
+
+Feed each decoded `data:` payload to `feed`; events collect in `out` for the caller to drain.
+`close` finishes the stream: it ends open tool calls, gives every choice its `Finish` and
+returns the usage (the engine's, or an estimate when it sent none).
+
+Handles both places engines put `finish_reason` (an empty-delta chunk, or the last content
+chunk as vLLM sometimes does), tool-call arguments split anywhere, and a call's name arriving
+after its first fragment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mindrouter.backends.failures import error_from_stream_payload
+from mindrouter.backends.openai_results import (
+    arguments_text,
+    estimated_usage,
+    map_finish,
+    mint_call_id,
+    read_usage,
+)
+from mindrouter.canonical import (
+    Finish,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallArgs,
+    ToolCallEnd,
+    ToolCallStart,
+    Usage,
+)
+from mindrouter.errors import UpstreamUnavailable
+
+
+class _Call:
+    """A tool call being streamed. Its start is held back until the name is known."""
+
+    __slots__ = ("id", "name", "pending", "started")
+
+    def __init__(self, call_id: str, name: str | None) -> None:
+        self.id = call_id
+        self.name = name
+        self.pending: list[str] = []
+        self.started = False
+
+
+class ChatStreamDecoder:
+    def __init__(self, backend: str, *, keep_reasoning: bool = True) -> None:
+        self.backend = backend
+        self.keep_reasoning = keep_reasoning
+        self.out: list[StreamEvent] = []
+        self.usage: Usage | None = None
+        # Everything generated, kept only to estimate usage if the engine reports none.
+        self._generated: list[str] = []
+        self._open: dict[int, dict[int, _Call]] = {}
+        self._called: set[int] = set()
+        self._seen: set[int] = set()
+        self._finished: set[int] = set()
+
+    def feed(self, chunk: Any) -> None:
+        if not isinstance(chunk, dict):
+            return
+        if "error" in chunk:
+            raise error_from_stream_payload(chunk["error"], self.backend)
+        if chunk.get("usage") is not None or "timings" in chunk:
+            self.usage = read_usage(chunk) or self.usage
+        for c in chunk.get("choices") or ():
+            idx = c.get("index", 0)
+            self._seen.add(idx)
+            delta = c.get("delta")
+            if delta is not None:
+                self._delta(idx, delta)
+            else:
+                text = c.get("text")
+                if text:
+                    self.out.append(TextDelta(text, idx))
+                    self._generated.append(text)
+            reason = c.get("finish_reason")
+            if reason:
+                self._finish(idx, reason, c.get("stop_reason"))
+
+    def _delta(self, idx: int, delta: dict[str, Any]) -> None:
+        # During the rename period vLLM sent both names with the same text: take one.
+        reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+        if reasoning:
+            self._generated.append(reasoning)
+            if self.keep_reasoning:
+                self.out.append(ReasoningDelta(reasoning, idx))
+        content = delta.get("content")
+        if content:
+            self.out.append(TextDelta(content, idx))
+            self._generated.append(content)
+        calls = delta.get("tool_calls")
+        if calls:
+            for fragment in calls:
+                self._call_fragment(idx, fragment)
+
+    def _call_fragment(self, idx: int, fragment: dict[str, Any]) -> None:
+        index = fragment.get("index", 0)
+        fn = fragment.get("function") or {}
+        open_calls = self._open.setdefault(idx, {})
+        call = open_calls.get(index)
+        if call is None:
+            # A new call begins: calls are streamed one after another, so the others are done.
+            self._end_calls(idx)
+            call = open_calls[index] = _Call(fragment.get("id") or mint_call_id(), fn.get("name"))
+            self._called.add(idx)
+        elif call.name is None and fn.get("name"):
+            call.name = fn["name"]
+        args = arguments_text(fn.get("arguments"))
+        if args:
+            self._generated.append(args)
+        if call.started:
+            if args:
+                self.out.append(ToolCallArgs(index, args, idx))
+        elif call.name is not None:
+            self._start(idx, index, call, args)
+        elif args:
+            call.pending.append(args)
+
+    def _start(self, idx: int, index: int, call: _Call, args: str = "") -> None:
+        call.started = True
+        self.out.append(ToolCallStart(index, call.id, call.name or "", idx))
+        for piece in call.pending:
+            self.out.append(ToolCallArgs(index, piece, idx))
+        call.pending.clear()
+        if args:
+            self.out.append(ToolCallArgs(index, args, idx))
+
+    def _end_calls(self, idx: int) -> None:
+        open_calls = self._open.get(idx)
+        if not open_calls:
+            return
+        for index, call in open_calls.items():
+            if not call.started:
+                self._start(idx, index, call)
+            self.out.append(ToolCallEnd(index, idx))
+        open_calls.clear()
+
+    def _finish(self, idx: int, reason: str, stop_reason: Any) -> None:
+        if idx in self._finished:
+            return
+        self._end_calls(idx)
+        self._finished.add(idx)
+        mapped = map_finish(reason, stop_reason, idx in self._called)
+        stop = stop_reason if isinstance(stop_reason, str) else None
+        self.out.append(Finish(mapped, stop, idx))
+
+    def close(self, *, saw_end_marker: bool, estimate_input: Callable[[], int]) -> Usage:
+        """Finish the stream after `[DONE]` or the end of the body; returns the usage.
+
+        A body that ended without `[DONE]` is accepted only if every choice had finished;
+        otherwise the connection was cut and the answer is incomplete.
+        """
+        unfinished = sorted(self._seen - self._finished) or ([] if self._finished else [0])
+        if unfinished and not saw_end_marker:
+            raise UpstreamUnavailable(
+                f"{self.backend}: the stream ended before the answer was finished", self.backend
+            )
+        for idx in unfinished:
+            self._finish(idx, "stop", None)
+        if self.usage is not None:
+            return self.usage
+        return estimated_usage(estimate_input(), "".join(self._generated))

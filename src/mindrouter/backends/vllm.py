@@ -1,0 +1,44 @@
+"""vLLM's OpenAI server: the OpenAI wire plus vLLM's sampling and reasoning extras (PROTOCOLS §4).
+
+Configured URL: the server root, with or without a trailing `/v1` (`/tokenize` lives at the root).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from mindrouter.backends.base import Engine
+from mindrouter.backends.openai_compat import OpenAICompatAdapter, raise_unless_missing
+from mindrouter.backends.openai_wire import VLLM, Flavor, encode_chat
+from mindrouter.canonical import ChatRequest
+from mindrouter.errors import UpstreamRejected
+
+Json = dict[str, Any]
+
+
+def encode_tokenize(req: ChatRequest) -> Json:
+    """The chat form of `/tokenize`: the same messages, tools and template switches as the call."""
+    chat = encode_chat(req, VLLM, stream=False)
+    body: Json = {"model": req.model, "messages": chat["messages"], "add_generation_prompt": True}
+    if "tools" in chat:
+        body["tools"] = chat["tools"]
+    if "chat_template_kwargs" in chat:
+        body["chat_template_kwargs"] = chat["chat_template_kwargs"]
+    return body
+
+
+class VLLMAdapter(OpenAICompatAdapter):
+    engine: Engine = "vllm"
+    flavor: ClassVar[Flavor] = VLLM
+
+    async def count_chat_tokens(self, req: ChatRequest) -> int | None:
+        try:
+            data = await self.http.post_json("/tokenize", encode_tokenize(req), req.model)
+        except UpstreamRejected as exc:
+            raise_unless_missing(exc)
+            return None
+        count = data.get("count") if isinstance(data, dict) else None
+        if isinstance(count, int):
+            return count
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        return len(tokens) if isinstance(tokens, list) else None

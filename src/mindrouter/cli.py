@@ -1,0 +1,80 @@
+"""The `mindrouter` command line: serve, demo, sim."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mindrouter.settings import ConfigError
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    import asyncio
+
+    from mindrouter.app import build_app
+    from mindrouter.observability.logging import configure_logging
+    from mindrouter.serving import InLoopServer
+    from mindrouter.settings import load_settings
+
+    settings = load_settings(ns.config)
+    host = ns.host or settings.host
+    port = ns.port if ns.port is not None else settings.port
+    configure_logging(settings.log_level)
+    server = InLoopServer(build_app(settings), host=host, port=port)
+    print(f"MindRouter listening on {server.url}", flush=True)
+    try:
+        asyncio.run(server.serve_forever())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _demo(ns: argparse.Namespace) -> int:
+    from mindrouter.demo import main
+
+    return main(ns.host, ns.port)
+
+
+def _sim(ns: argparse.Namespace) -> int:
+    from mindrouter.sim.cli import run_sim
+
+    return run_sim(ns)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mindrouter", description="An inference gateway for shared GPU clusters."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway from a config file")
+    serve.add_argument("--config", required=True, help="YAML configuration file")
+    serve.add_argument("--host", help="listen address (default: the config's, else 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default: the config's, else 8000)")
+    serve.set_defaults(run=_serve)
+
+    demo = sub.add_parser("demo", help="run the gateway with simulated backends, no setup")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8000)
+    demo.set_defaults(run=_demo)
+
+    from mindrouter.sim.cli import add_sim_arguments
+
+    sim = sub.add_parser("sim", help="run a simulated vLLM, Ollama or llama.cpp server")
+    add_sim_arguments(sim)
+    sim.set_defaults(run=_sim)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        code: int = ns.run(ns)
+    except ConfigError as exc:
+        print(f"mindrouter: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""HTTP edge: thin routes per dialect, error → status mapping, streaming glue."""

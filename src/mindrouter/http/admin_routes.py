@@ -1,0 +1,339 @@
+"""The admin REST API under /admin: groups, users, keys, backends, models and the audit trail.
+
+Admin keys only: no key or a bad one is 401, a valid non-admin key is 403. Errors have the
+OpenAI shape (`{"error": {"message", "type", "param", "code"}}`) whichever app mounts the
+router, because the route class turns gateway errors into responses itself. Request bodies are
+pydantic models and responses the stores' dataclasses, so the OpenAPI document describes both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, cast
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field
+
+from mindrouter.errors import Forbidden, InvalidRequest, MindRouterError
+from mindrouter.http.errors import error_response, request_id_of
+from mindrouter.identity.authenticate import Authenticator
+from mindrouter.identity.principal import Principal
+from mindrouter.stores.audit_records import AuditEntry, AuditFilter, AuditStatus
+from mindrouter.stores.records import (
+    ApiKeyInfo,
+    Backend,
+    BackendChanges,
+    BackendModelRow,
+    CreatedKey,
+    Group,
+    GroupChanges,
+    GroupLimits,
+    LimitOverrides,
+    Model,
+    ModelChanges,
+    User,
+    UserChanges,
+)
+from mindrouter.stores.sql.bundle import SqlStores
+
+Engine = Literal["vllm", "ollama", "llamacpp", "openai"]
+Capability = Literal["chat", "vision", "embedding", "tools", "thinking"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GroupIn(_Body):
+    name: str = Field(min_length=1, max_length=100)
+    scheduler_weight: float = Field(1.0, gt=0)
+    token_budget: int = Field(0, ge=0, description="tokens per period; 0 = unlimited")
+    rpm: int = Field(0, ge=0, description="requests per minute; 0 = unlimited")
+    max_concurrent: int = Field(0, ge=0, description="requests in flight; 0 = unlimited")
+    budget_period_days: int = Field(30, ge=1)
+
+
+class Overrides(_Body):
+    """Per-user limits; null (or absent) inherits the group's value."""
+
+    scheduler_weight: float | None = Field(None, gt=0)
+    token_budget: int | None = Field(None, ge=0)
+    rpm: int | None = Field(None, ge=0)
+    max_concurrent: int | None = Field(None, ge=0)
+    budget_period_days: int | None = Field(None, ge=1)
+
+
+class GroupPatch(Overrides):
+    """Only the fields sent change (a null is ignored: a group's limits are never empty)."""
+
+    name: str | None = Field(None, min_length=1, max_length=100)
+
+
+class UserIn(Overrides):
+    name: str = Field(min_length=1, max_length=100)
+    group: str
+    active: bool = True
+
+
+class UserPatch(Overrides):
+    """Only the fields sent change; a limit sent as null goes back to the group's value."""
+
+    name: str | None = Field(None, min_length=1, max_length=100)
+    group: str | None = None
+    active: bool | None = None
+
+
+class KeyIn(_Body):
+    user: str
+    admin: bool = False
+    name: str | None = Field(None, max_length=100)
+    expires_days: int | None = Field(None, ge=1, description="valid for this many days")
+    expires_at: datetime | None = None
+
+
+class KeyExpiry(_Body):
+    expires_at: datetime | None = Field(description="null: the key never expires")
+
+
+class ServedModel(_Body):
+    name: str
+    upstream: str | None = None
+
+
+class BackendIn(_Body):
+    name: str = Field(min_length=1, max_length=100)
+    engine: Engine
+    url: str = Field(pattern=r"^https?://", max_length=500)
+    gpu: str | None = Field(None, max_length=50)
+    max_concurrent: int = Field(8, ge=1)
+    priority: int = 0
+    enabled: bool = True
+    models: list[ServedModel] | None = None
+
+
+class BackendPatch(_Body):
+    engine: Engine | None = None
+    url: str | None = Field(None, pattern=r"^https?://", max_length=500)
+    gpu: str | None = Field(None, max_length=50)
+    max_concurrent: int | None = Field(None, ge=1)
+    priority: int | None = None
+    enabled: bool | None = None
+    models: list[ServedModel] | None = None
+
+
+class ModelIn(_Body):
+    name: str = Field(min_length=1, max_length=200)
+    context_length: int = Field(8192, ge=1)
+    capabilities: list[Capability] = Field(default_factory=lambda: list[Capability](["chat"]))
+    aliases: list[str] = Field(default_factory=list)
+    enabled: bool = True
+
+
+class ModelPatch(_Body):
+    context_length: int | None = Field(None, ge=1)
+    capabilities: list[Capability] | None = None
+    aliases: list[str] | None = None
+    enabled: bool | None = None
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+def _served(models: list[ServedModel] | None) -> list[BackendModelRow] | None:
+    if models is None:
+        return None
+    return [BackendModelRow(m.name, m.upstream or m.name) for m in models]
+
+
+class _AdminRoute(APIRoute):
+    """Turns gateway and validation errors into OpenAI-shaped error responses."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except MindRouterError as exc:
+                return error_response(exc, "openai", request_id_of(request))
+            except RequestValidationError as exc:
+                first = exc.errors()[0] if exc.errors() else {}
+                where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+                err = InvalidRequest(f"{where}: {first.get('msg', 'invalid value')}", where)
+                return error_response(err, "openai", request_id_of(request))
+
+        return guarded
+
+
+def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
+    async def require_admin(request: Request) -> Principal:
+        principal = await authenticator.authenticate(request.headers)
+        if not principal.is_admin:
+            raise Forbidden("this endpoint needs an admin API key")
+        return principal
+
+    errors: dict[int | str, dict[str, Any]] = {
+        code: {"model": ErrorBody} for code in (400, 401, 403, 404)
+    }
+    router = APIRouter(
+        prefix="/admin",
+        tags=["admin"],
+        route_class=_AdminRoute,
+        dependencies=[Depends(require_admin)],
+        responses=errors,
+    )
+    directory, keys, catalog = stores.directory, stores.keys, stores.catalog
+
+    def changed() -> None:
+        # This process sees the change at once; the others at their next epoch poll.
+        authenticator.invalidate()
+
+    # -- groups ------------------------------------------------------------------------------
+
+    @router.get("/groups")
+    async def list_groups() -> list[Group]:
+        return await directory.list_groups()
+
+    @router.post("/groups", status_code=201)
+    async def create_group(body: GroupIn) -> Group:
+        limits = GroupLimits(**body.model_dump(exclude={"name"}))
+        return await directory.create_group(body.name, limits)
+
+    @router.patch("/groups/{name}")
+    async def update_group(name: str, body: GroupPatch) -> Group:
+        sent = body.model_dump(exclude_unset=True).items()
+        changes = {k: v for k, v in sent if v is not None}
+        group = await directory.update_group(name, cast(GroupChanges, changes))
+        changed()
+        return group
+
+    @router.delete("/groups/{name}", status_code=204)
+    async def delete_group(name: str) -> None:
+        await directory.delete_group(name)
+
+    # -- users -------------------------------------------------------------------------------
+
+    @router.get("/users")
+    async def list_users(group: str | None = None) -> list[User]:
+        return await directory.list_users(group)
+
+    @router.post("/users", status_code=201)
+    async def create_user(body: UserIn) -> User:
+        overrides = LimitOverrides(**body.model_dump(exclude={"name", "group", "active"}))
+        return await directory.create_user(
+            body.name, body.group, active=body.active, overrides=overrides
+        )
+
+    @router.patch("/users/{name}")
+    async def update_user(name: str, body: UserPatch) -> User:
+        user = await directory.update_user(
+            name, cast(UserChanges, body.model_dump(exclude_unset=True))
+        )
+        changed()
+        return user
+
+    @router.delete("/users/{name}", status_code=204)
+    async def delete_user(name: str) -> None:
+        await directory.delete_user(name)
+        changed()
+
+    # -- keys --------------------------------------------------------------------------------
+
+    @router.get("/keys")
+    async def list_keys(user: str | None = None) -> list[ApiKeyInfo]:
+        return await keys.list_keys(user)
+
+    @router.post("/keys", status_code=201, description="The response holds the key, once.")
+    async def create_key(body: KeyIn) -> CreatedKey:
+        expires = _utc(body.expires_at)
+        if body.expires_days is not None:
+            expires = datetime.now(UTC) + timedelta(days=body.expires_days)
+        return await keys.create_key(
+            body.user, admin=body.admin, expires_at=expires, name=body.name
+        )
+
+    @router.post("/keys/{ref}/revoke", description="`ref`: the key's id or its mr2_ prefix.")
+    async def revoke_key(ref: str) -> ApiKeyInfo:
+        info = await keys.revoke_key(ref)
+        changed()
+        return info
+
+    @router.patch("/keys/{ref}", description="Sets or clears the expiry.")
+    async def set_key_expiry(ref: str, body: KeyExpiry) -> ApiKeyInfo:
+        info = await keys.set_key_expiry(ref, _utc(body.expires_at))
+        changed()
+        return info
+
+    # -- backends and models -------------------------------------------------------------------
+
+    @router.get("/backends")
+    async def list_backends() -> list[Backend]:
+        return await catalog.list_backends()
+
+    @router.post("/backends", status_code=201)
+    async def create_backend(body: BackendIn) -> Backend:
+        fields = body.model_dump(exclude={"name", "engine", "url", "models"})
+        return await catalog.create_backend(
+            body.name, body.engine, body.url, models=_served(body.models), **fields
+        )
+
+    @router.patch("/backends/{name}")
+    async def update_backend(name: str, body: BackendPatch) -> Backend:
+        changes = body.model_dump(exclude_unset=True, exclude={"models"})
+        if "models" in body.model_fields_set:
+            changes["models"] = _served(body.models)
+        return await catalog.update_backend(name, cast(BackendChanges, changes))
+
+    @router.delete("/backends/{name}", status_code=204)
+    async def delete_backend(name: str) -> None:
+        await catalog.delete_backend(name)
+
+    @router.get("/models")
+    async def list_models() -> list[Model]:
+        return await catalog.list_models()
+
+    @router.post("/models", status_code=201)
+    async def create_model(body: ModelIn) -> Model:
+        return await catalog.create_model(**body.model_dump())
+
+    @router.patch("/models/{name}")
+    async def update_model(name: str, body: ModelPatch) -> Model:
+        changes = cast(ModelChanges, body.model_dump(exclude_unset=True))
+        return await catalog.update_model(name, changes)
+
+    @router.delete("/models/{name}", status_code=204)
+    async def delete_model(name: str) -> None:
+        await catalog.delete_model(name)
+
+    # -- audit -------------------------------------------------------------------------------
+
+    @router.get("/audit", description="Newest first, with messages and token counts.")
+    async def query_audit(
+        *,
+        user: str | None = None,
+        key: str | None = Query(None, description="a key id or its mr2_ prefix"),
+        model: str | None = None,
+        status: AuditStatus | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> list[AuditEntry]:
+        where = AuditFilter(user, key, model, status, _utc(since), _utc(until), limit)
+        return await stores.audit_log.query(where)
+
+    return router

@@ -1,0 +1,96 @@
+"""What every dialect's routes share: body parsing, request context, JSON and stream responses."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import orjson
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from mindrouter.canonical import StreamEvent
+from mindrouter.errors import InvalidRequest, PayloadTooLarge
+from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
+
+
+class StreamEncoder(Protocol):
+    content_type: str
+
+    def start(self) -> bytes: ...
+
+    def encode(self, event: StreamEvent) -> bytes: ...
+
+
+def new_context(request: Request, dialect: Dialect) -> RequestContext:
+    rid = new_request_id()
+    request.state.request_id = rid
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(request_id=rid)
+    client = request.client
+    return RequestContext(
+        dialect=dialect,
+        endpoint=request.url.path,
+        request_id=rid,
+        client_ip=client.host if client else None,
+        user_agent=request.headers.get("user-agent"),
+    )
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes")
+    body = await request.body()
+    if len(body) > limit:
+        raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes")
+    if not body:
+        raise InvalidRequest("the request body is empty; expected a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+
+
+def json_response(body: Any, ctx: RequestContext, status: int = 200) -> Response:
+    return Response(
+        orjson.dumps(body),
+        status_code=status,
+        media_type="application/json",
+        headers={"x-request-id": ctx.request_id},
+    )
+
+
+async def _encode_stream(
+    encoder: StreamEncoder, events: AsyncIterator[StreamEvent]
+) -> AsyncIterator[bytes]:
+    try:
+        head = encoder.start()
+        if head:
+            yield head
+        async for event in events:
+            out = encoder.encode(event)
+            if out:
+                yield out
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+
+
+def stream_response(
+    encoder: StreamEncoder,
+    events: AsyncIterator[StreamEvent],
+    ctx: RequestContext,
+    extra_headers: dict[str, str] | None = None,
+) -> StreamingResponse:
+    headers = {
+        "x-request-id": ctx.request_id,
+        "cache-control": "no-cache",
+        # Proxies such as nginx would otherwise hold chunks back.
+        "x-accel-buffering": "no",
+    }
+    if extra_headers:
+        headers.update(extra_headers)
+    return StreamingResponse(
+        _encode_stream(encoder, events), media_type=encoder.content_type, headers=headers
+    )

@@ -1,0 +1,98 @@
+"""OpenAI-format entry points: /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from mindrouter.dialects import openai as dialect
+from mindrouter.errors import ModelNotFound
+from mindrouter.http.common import json_response, new_context, read_json, stream_response
+from mindrouter.pipeline.gateway import Gateway
+from mindrouter.settings import Settings
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
+    limit = settings.max_body_bytes
+    reasoning_field = settings.reasoning_field
+
+    async def chat_completions(request: Request) -> Response:
+        ctx = new_context(request, "openai")
+        body = await read_json(request, limit)
+        req = dialect.decode_chat_request(body)
+        if req.stream:
+            events = await gateway.open_chat_stream(ctx, req)
+            encoder = dialect.ChatStreamEncoder(
+                request_id=ctx.request_id,
+                model=req.model,
+                created=ctx.created,
+                include_usage=dialect.wants_usage(body),
+                reasoning_field=reasoning_field,
+            )
+            return stream_response(encoder, events, ctx)
+        result = await gateway.chat(ctx, req)
+        return json_response(
+            dialect.encode_chat_response(
+                result,
+                request_id=ctx.request_id,
+                created=ctx.created,
+                model=req.model,
+                reasoning_field=reasoning_field,
+            ),
+            ctx,
+        )
+
+    async def completions(request: Request) -> Response:
+        ctx = new_context(request, "openai")
+        body = await read_json(request, limit)
+        req = dialect.decode_completion_request(body)
+        if req.stream:
+            events = await gateway.open_complete_stream(ctx, req)
+            encoder = dialect.CompletionStreamEncoder(
+                request_id=ctx.request_id,
+                model=req.model,
+                created=ctx.created,
+                include_usage=dialect.wants_usage(body),
+            )
+            return stream_response(encoder, events, ctx)
+        result = await gateway.complete(ctx, req)
+        return json_response(
+            dialect.encode_completion_response(
+                result, request_id=ctx.request_id, created=ctx.created, model=req.model
+            ),
+            ctx,
+        )
+
+    async def embeddings(request: Request) -> Response:
+        ctx = new_context(request, "openai")
+        body = await read_json(request, limit)
+        req, encoding = dialect.decode_embedding_request(body)
+        result = await gateway.embed(ctx, req)
+        return json_response(
+            dialect.encode_embedding_response(result, model=req.model, encoding_format=encoding), ctx
+        )
+
+    async def list_models(request: Request) -> Response:
+        ctx = new_context(request, "openai")
+        ids = [name for spec in gateway.catalog.models() for name in (spec.name, *spec.aliases)]
+        return json_response(dialect.encode_model_list(ids, created=ctx.created), ctx)
+
+    async def get_model(request: Request) -> Response:
+        ctx = new_context(request, "openai")
+        model_id = request.path_params["model_id"]
+        spec = gateway.catalog.resolve(model_id)
+        if not gateway.catalog.serving(spec.name):
+            raise ModelNotFound(model_id)
+        return json_response(dialect.encode_model(model_id, created=ctx.created), ctx)
+
+    return [
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/embeddings", embeddings, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
+    ]

@@ -1,0 +1,1 @@
+"""API keys and the principals they stand for: generation, parsing, hashing, authentication."""

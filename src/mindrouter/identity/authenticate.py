@@ -1,0 +1,200 @@
+"""API key -> Principal, fast on the request path and quick to forget revoked keys.
+
+The first time a process sees a key it looks up the prefix (one indexed query), compares the
+SHA-256 digest in constant time, checks status, and verifies the Argon2 hash in a worker thread.
+After that the key is a dict lookup: the digest maps to its Principal in a bounded LRU, and
+only the expiry is re-checked against the clock.
+
+Freshness across workers and replicas: every change that can invalidate a key (revoke, expiry,
+user deactivation, group or user limits) bumps a one-row `auth_epoch` counter in the same
+transaction. Each process polls it every `poll_interval` seconds (one tiny query per process,
+not per request) and clears its cache when it moves. Cached answers are trusted only for
+`max_staleness` seconds after the start of the last successful poll, so a change reaches every
+process within that bound even when the poller is late or the database is unreachable (then
+requests fall back to the database, which fails closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+
+from mindrouter.errors import Unauthenticated
+from mindrouter.identity.key_cache import CachedPrincipal, KeyCache
+from mindrouter.identity.keys import (
+    INVALID,
+    KeyHasher,
+    display_prefix,
+    key_from_headers,
+    key_prefix,
+)
+from mindrouter.identity.principal import Principal, principal_for
+from mindrouter.observability.logging import log
+from mindrouter.stores.ports import KeyLookup
+from mindrouter.stores.records import KeyRecord
+
+REVOKED = "API key revoked"
+EXPIRED = "API key expired"
+INACTIVE = "the user account of this API key is inactive"
+
+
+class Authenticator:
+    def __init__(
+        self,
+        store: KeyLookup,
+        *,
+        hasher: KeyHasher | None = None,
+        cache_size: int = 10_000,
+        cache_ttl: float = 30.0,
+        poll_interval: float = 0.5,
+        max_staleness: float = 1.0,
+        touch_interval: float = 30.0,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if poll_interval >= max_staleness:
+            raise ValueError("poll_interval must be shorter than max_staleness")
+        self._store = store
+        self._hasher = hasher or KeyHasher()
+        self._cache = KeyCache(cache_size, cache_ttl)
+        self._poll_interval = poll_interval
+        self._max_staleness = max_staleness
+        self._touch_interval = touch_interval
+        self._clock = clock
+        self._monotonic = monotonic
+        self._epoch: int | None = None
+        self._fresh_until = float("-inf")
+        self._uses: dict[int, float] = {}
+        self._inflight: dict[str, asyncio.Task[Principal]] = {}
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- the request path ----------------------------------------------------------------------
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        """The principal for the request's key; raises Unauthenticated saying why in general."""
+        key = key_from_headers(headers)
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        now = self._monotonic()
+        entry = self._cache.get(digest, now) if now <= self._fresh_until else None
+        if entry is None:
+            return await self._resolve_once(key, digest)
+        wall = self._clock()
+        if entry.expires_ts is not None and wall >= entry.expires_ts:
+            self._cache.discard(digest)
+            raise Unauthenticated(EXPIRED)
+        self._uses[entry.principal.key_id] = wall
+        return entry.principal
+
+    def invalidate(self) -> None:
+        """Forget every cached principal now (this process only; others follow the epoch)."""
+        self._cache.clear()
+
+    async def _resolve_once(self, key: str, digest: str) -> Principal:
+        # Concurrent first requests with one key share a single lookup and Argon2 run. It runs as
+        # its own task so that the client which started it going away does not fail the others.
+        task = self._inflight.get(digest)
+        if task is None:
+            task = asyncio.create_task(self._resolve(key, digest))
+            self._inflight[digest] = task
+            task.add_done_callback(lambda done: self._resolved(digest, done))
+        return await asyncio.shield(task)
+
+    def _resolved(self, digest: str, task: asyncio.Task[Principal]) -> None:
+        self._inflight.pop(digest, None)
+        if not task.cancelled():
+            task.exception()  # marks it retrieved: a failure nobody awaited is not logged again
+
+    async def _resolve(self, key: str, digest: str) -> Principal:
+        prefix = key_prefix(key)
+        generation = self._cache.generation
+        record = _matching(await self._store.find_keys(prefix), digest)
+        if record is None:
+            raise Unauthenticated(INVALID)
+        wall = self._clock()
+        expires_ts = record.expires_at.timestamp() if record.expires_at is not None else None
+        if record.revoked_at is not None:
+            raise Unauthenticated(REVOKED)
+        if expires_ts is not None and wall >= expires_ts:
+            raise Unauthenticated(EXPIRED)
+        if not record.user_active:
+            raise Unauthenticated(INACTIVE)
+        if not self._cache.was_verified(digest, record.secret_hash):
+            ok = await asyncio.to_thread(self._hasher.verify, record.secret_hash, key)
+            if not ok:
+                raise Unauthenticated(INVALID)
+            self._cache.remember_verified(digest, record.secret_hash)
+        principal = principal_for(record, display_prefix(prefix))
+        entry = CachedPrincipal(principal, expires_ts, self._monotonic())
+        self._cache.put(digest, entry, generation)
+        self._uses[record.key_id] = wall
+        return principal
+
+    # -- the epoch poller ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Reads the epoch once (so the cache is usable at once), then polls in the background."""
+        if self._poller is not None:
+            return
+        await self._poll_safely()
+        self._poller = asyncio.create_task(self._poll_forever(), name="auth-epoch-poller")
+
+    async def stop(self) -> None:
+        task, self._poller = self._poller, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._flush_uses()
+        self._fresh_until = float("-inf")
+
+    async def poll(self) -> None:
+        """One poll: read the epoch, clear the cache if it moved, extend the trust window."""
+        started = self._monotonic()
+        epoch = await self._store.auth_epoch()
+        if epoch != self._epoch:
+            self._epoch = epoch
+            self._cache.clear()
+        self._fresh_until = started + self._max_staleness
+
+    async def _poll_safely(self) -> None:
+        try:
+            await self.poll()
+        except Exception as exc:
+            # The loop must outlive a database outage; meanwhile the trust window runs out and
+            # requests go to the database themselves.
+            log.warning("auth epoch poll failed", error=str(exc))
+
+    async def _poll_forever(self) -> None:
+        last_flush = self._monotonic()
+        while True:
+            await asyncio.sleep(self._poll_interval)
+            await self._poll_safely()
+            if self._monotonic() - last_flush >= self._touch_interval:
+                last_flush = self._monotonic()
+                await self._flush_uses()
+
+    async def _flush_uses(self) -> None:
+        uses, self._uses = self._uses, {}
+        if not uses:
+            return
+        stamped = {key_id: datetime.fromtimestamp(ts, UTC) for key_id, ts in uses.items()}
+        try:
+            await self._store.record_key_use(stamped)
+        except Exception as exc:
+            # Last-used times are informational; losing one batch is better than stalling.
+            log.warning("could not record key use", error=str(exc), keys=len(stamped))
+
+
+def _matching(records: Sequence[KeyRecord], digest: str) -> KeyRecord | None:
+    # Every candidate is compared, in constant time, so timing does not tell how many there were
+    # or which one matched.
+    found: KeyRecord | None = None
+    for record in records:
+        if hmac.compare_digest(record.digest, digest):
+            found = record
+    return found

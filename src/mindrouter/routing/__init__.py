@@ -1,0 +1,1 @@
+"""Pure routing: which models exist, which backends serve them, and which backend to pick."""

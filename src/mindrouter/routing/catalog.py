@@ -1,0 +1,92 @@
+"""Models, their aliases and capabilities, and the backends that serve each of them.
+
+Pure state: built from settings at start, read on every request. A model named by a backend but
+not described in the config gets defaults guessed from its name (an "embed" model embeds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mindrouter.errors import InvalidRequest, ModelNotFound
+
+DEFAULT_CONTEXT = 8192
+
+
+@dataclass(slots=True)
+class ModelSpec:
+    name: str
+    context_length: int = DEFAULT_CONTEXT
+    capabilities: frozenset[str] = frozenset({"chat"})
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def is_embedding(self) -> bool:
+        return "embedding" in self.capabilities
+
+
+@dataclass(slots=True)
+class BackendState:
+    """A backend as the router sees it; `in_flight` is this process's count of open requests."""
+
+    name: str
+    engine: str
+    max_concurrent: int = 8
+    priority: int = 0
+    gpu: str | None = None
+    healthy: bool = True
+    in_flight: int = 0
+    # gateway model name -> the name this backend serves it under
+    serves: dict[str, str] = field(default_factory=dict)
+
+
+def guess_spec(name: str) -> ModelSpec:
+    caps = {"embedding"} if "embed" in name.lower() else {"chat"}
+    return ModelSpec(name=name, capabilities=frozenset(caps))
+
+
+class Catalog:
+    def __init__(self, models: list[ModelSpec], backends: list[BackendState]) -> None:
+        self.backends = backends
+        self._specs: dict[str, ModelSpec] = {}
+        self._alias: dict[str, str] = {}
+        for spec in models:
+            self._add(spec)
+        for b in backends:
+            for model in b.serves:
+                if model not in self._alias:
+                    self._add(guess_spec(model))
+
+    def _add(self, spec: ModelSpec) -> None:
+        self._specs[spec.name] = spec
+        self._alias[spec.name] = spec.name
+        for a in spec.aliases:
+            self._alias[a] = spec.name
+
+    def resolve(self, name: str) -> ModelSpec:
+        canonical = self._alias.get(name)
+        if canonical is None:
+            raise ModelNotFound(name)
+        return self._specs[canonical]
+
+    def models(self) -> list[ModelSpec]:
+        """Models that at least one backend serves, in config order."""
+        served = {m for b in self.backends for m in b.serves}
+        return [s for s in self._specs.values() if s.name in served]
+
+    def serving(self, model: str) -> list[tuple[BackendState, str]]:
+        return [(b, b.serves[model]) for b in self.backends if model in b.serves]
+
+
+def check_modality(spec: ModelSpec, modality: str) -> None:
+    """Refuse requests the model cannot handle, before any backend is asked."""
+    if modality == "embedding":
+        if not spec.is_embedding:
+            raise InvalidRequest(f"model '{spec.name}' is not an embedding model", param="model")
+        return
+    if spec.is_embedding and "chat" not in spec.capabilities:
+        raise InvalidRequest(
+            f"model '{spec.name}' is an embedding model; use the embeddings endpoint", param="model"
+        )
+    if modality == "multimodal" and "vision" not in spec.capabilities:
+        raise InvalidRequest(f"model '{spec.name}' does not accept images", param="messages")

@@ -1,0 +1,157 @@
+"""The capacity gate: asyncio waiting around the fair queue, one wake-up per freed slot.
+
+    await gate.acquire(job, has_capacity)   # returns when `job` may take a slot on its model
+    backend.in_flight += 1                  # take the slot before the next await (see below)
+    ...                                     # stream, calling gate.queue.charge(job, n) per batch
+    backend.in_flight -= 1
+    gate.finish(job, actual_prompt, actual_output)   # corrects the charges, passes the slot on
+
+Capacity is per model. The caller's `has_capacity(model)` says whether some backend serving the
+model has room right now; the gate only asks it for the model whose slot it is handing out, so a
+model whose backends are free is never held up by another model's backlog.
+
+The priority gate. A slot is handed out by one decision: the fair queue's best waiter for that
+model gets it and only that waiter's future is resolved (`wakeups` counts them), so there is no
+thundering herd of waiters re-checking capacity. A new arrival goes through the same decision: it
+dispatches at once only if capacity is free and it is itself the best job for the model, so it
+never jumps ahead of anyone who waits.
+
+Hand-over. After a waiter is woken, no further slot of that model is handed out until the woken
+task has run and returned from `acquire` (`_handoff`); the next decision is scheduled right after
+it (`call_soon`), which is why the caller must take its backend slot before its next await: the
+capacity check must already see it. Without this, two decisions in the same tick would both see
+the one free slot. Several free slots are therefore filled one decision per event-loop turn.
+
+A slot that frees without `release` being called (a backend comes back, another process lets
+go) is noticed by polling: waiting tasks re-check their model at most once per `poll_interval`.
+A waiter gives up after `timeout` seconds (default 150, as in the seed) with `TimeoutError`,
+which the pipeline reports as Overloaded. Priorities need no periodic recomputation: every
+decision ranks the waiters afresh at the current time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+
+from mindrouter.scheduling.job import Job
+from mindrouter.scheduling.queue import FairQueue
+
+DEFAULT_TIMEOUT = 150.0
+
+
+class CapacityGate:
+    def __init__(
+        self,
+        queue: FairQueue,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        default_timeout: float = DEFAULT_TIMEOUT,
+        poll_interval: float = 1.0,
+    ) -> None:
+        self.queue = queue
+        self.default_timeout = default_timeout
+        self.poll_interval = poll_interval
+        self.wakeups = 0  # waiters woken by a decision: exactly one per slot handed out
+        self._clock = clock
+        self._waiters: dict[str, asyncio.Future[None]] = {}
+        self._checks: dict[str, Callable[[str], bool]] = {}
+        self._handoff: dict[str, int] = {}
+        self._last_poll: dict[str, float] = {}
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    # The deadline is part of the fair wait (a default that the seed fixes at 150 s), so it is a
+    # parameter; wrapping the call in asyncio.timeout works as well and withdraws the job too.
+    async def acquire(
+        self,
+        job: Job,
+        has_capacity: Callable[[str], bool],
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> None:
+        """Waits until `job` is the chosen one for a free slot of its model, then returns with
+        the job dispatched (its prompt charged). `job.enqueued_at` must come from the same clock
+        as the gate's. Raises TimeoutError after `timeout` seconds with the job withdrawn."""
+        model = job.model
+        self._checks[model] = has_capacity
+        self.queue.push(job)
+        now = self._clock()
+        free = not self._handoff.get(model) and has_capacity(model)
+        if free and self.queue.pick(model, now) is job:
+            self.queue.on_dispatch(job, now)
+            return
+        loop = asyncio.get_running_loop()
+        granted: asyncio.Future[None] = loop.create_future()
+        self._waiters[job.id] = granted
+        # Capacity may be free while a better job waits (it appeared without a release): the
+        # better job gets it, and this one waits its turn.
+        self._grant(model)
+        limit = self.default_timeout if timeout is None else timeout
+        deadline = loop.time() + limit
+        try:
+            while not granted.done():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.wait((granted,), timeout=min(remaining, self.poll_interval))
+                if not granted.done():
+                    self._poll(model, loop.time())
+        except BaseException:
+            self._abandon(job, granted)
+            raise
+        if not granted.done():
+            self._abandon(job, granted)
+            raise TimeoutError(f"no capacity for model {model!r} within {limit:g} s")
+        self._handoff[model] -= 1
+        loop.call_soon(self._grant, model)
+
+    def release(self, model: str) -> None:
+        """A slot of `model` freed (the caller already gave it back): hand it to the best
+        waiter, or to nobody if the capacity check says there is still no room."""
+        self._grant(model)
+
+    def finish(
+        self, job: Job, actual_prompt: int | None = None, actual_output: int | None = None
+    ) -> None:
+        """The job ended and its backend slot is given back: settle its charges, pass the slot."""
+        self.queue.on_complete(job, actual_prompt, actual_output)
+        self.release(job.model)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _grant(self, model: str) -> None:
+        if self._handoff.get(model):
+            return
+        check = self._checks.get(model)
+        if check is None or not check(model):
+            return
+        now = self._clock()
+        job = self.queue.pick(model, now)
+        if job is None:
+            return
+        granted = self._waiters.pop(job.id)
+        self.queue.on_dispatch(job, now)
+        self._handoff[model] = 1
+        self.wakeups += 1
+        granted.set_result(None)
+
+    def _poll(self, model: str, now: float) -> None:
+        if now - self._last_poll.get(model, -math.inf) >= self.poll_interval:
+            self._last_poll[model] = now
+            self._grant(model)
+
+    def _abandon(self, job: Job, granted: asyncio.Future[None]) -> None:
+        self._waiters.pop(job.id, None)
+        if not granted.done():
+            granted.cancel()
+            self.queue.remove(job.id)
+            return
+        # Chosen in the same turn as it gave up: nothing ran, so refund the prompt charge and
+        # hand the slot to the next best waiter.
+        self._handoff[job.model] -= 1
+        self.queue.on_complete(job, 0, 0)
+        self._grant(job.model)

@@ -1,0 +1,240 @@
+"""The one Settings object: read from a YAML file (plus environment overrides) once, passed down.
+
+Validation happens here, at load time, with messages that name the offending key, so a typo in
+the config stops the gateway at start rather than surfacing as a strange request failure later.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from mindrouter.backends.base import ENGINES, Engine, Timeouts
+
+CAPABILITIES = ("chat", "vision", "embedding", "tools", "thinking")
+ReasoningField = Literal["reasoning_content", "reasoning", "both"]
+
+
+class ConfigError(Exception):
+    """The configuration is invalid; the message says where and why."""
+
+
+@dataclass(slots=True)
+class GroupSettings:
+    name: str
+    scheduler_weight: float = 1.0
+    token_budget: int = 0
+    rpm: int = 0
+    max_concurrent: int = 0
+    budget_period_days: int = 30
+
+
+@dataclass(slots=True)
+class UserSettings:
+    name: str
+    group: str
+
+
+@dataclass(slots=True)
+class BackendModel:
+    name: str  # the gateway's model name
+    upstream: str  # the name the backend serves it under
+
+
+@dataclass(slots=True)
+class BackendSettings:
+    name: str
+    engine: Engine
+    url: str
+    gpu: str | None = None
+    max_concurrent: int = 8
+    priority: int = 0
+    models: list[BackendModel] | None = None
+    api_key: str | None = None
+
+
+@dataclass(slots=True)
+class ModelSettings:
+    name: str
+    context_length: int = 8192
+    capabilities: list[str] = field(default_factory=lambda: ["chat"])
+    aliases: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Settings:
+    database_url: str = "sqlite+aiosqlite:///./.mindrouter/mindrouter.db"
+    redis_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: str = "INFO"
+    # Key for the signatures on thinking blocks given to Anthropic clients.
+    secret_key: str = "change-me"
+    reasoning_field: ReasoningField = "reasoning_content"
+    max_body_bytes: int = 32 * 1024 * 1024
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    groups: list[GroupSettings] = field(default_factory=list)
+    users: list[UserSettings] = field(default_factory=list)
+    backends: list[BackendSettings] = field(default_factory=list)
+    models: list[ModelSettings] = field(default_factory=list)
+
+
+def _get(
+    d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any
+) -> Any:
+    if key not in d or d[key] is None:
+        return default
+    value = d[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise ConfigError(f"{where}.{key}: expected {kinds[0].__name__}, got a boolean")
+    if float in kinds and isinstance(value, int):
+        return float(value)
+    if not isinstance(value, kinds):
+        raise ConfigError(
+            f"{where}.{key}: expected {kinds[0].__name__}, got {type(value).__name__}"
+        )
+    return value
+
+
+def _items(raw: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = raw.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(f"{key}: expected a list of mappings")
+    return value
+
+
+def _name(d: dict[str, Any], where: str) -> str:
+    name = d.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}.name: required, a non-empty string")
+    return name
+
+
+def _backend(d: dict[str, Any], where: str) -> BackendSettings:
+    name = _name(d, where)
+    engine = d.get("engine")
+    if engine not in ENGINES:
+        raise ConfigError(f"{where}.engine: one of {', '.join(ENGINES)} (got {engine!r})")
+    url = d.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}.url: required, an http(s) URL")
+    models: list[BackendModel] | None = None
+    if d.get("models") is not None:
+        if not isinstance(d["models"], list):
+            raise ConfigError(f"{where}.models: expected a list")
+        models = []
+        for i, m in enumerate(d["models"]):
+            if isinstance(m, str):
+                models.append(BackendModel(m, m))
+            elif isinstance(m, dict) and isinstance(m.get("name"), str):
+                upstream = m.get("upstream", m["name"])
+                models.append(BackendModel(m["name"], str(upstream)))
+            else:
+                raise ConfigError(f"{where}.models[{i}]: a model name or {{name, upstream}}")
+    max_concurrent = _get(d, "max_concurrent", int, where, 8)
+    if max_concurrent < 1:
+        raise ConfigError(f"{where}.max_concurrent: must be at least 1")
+    return BackendSettings(
+        name=name,
+        engine=engine,
+        url=url.rstrip("/"),
+        gpu=_get(d, "gpu", str, where, None),
+        max_concurrent=max_concurrent,
+        priority=_get(d, "priority", int, where, 0),
+        models=models,
+        api_key=_get(d, "api_key", str, where, None),
+    )
+
+
+def _model(d: dict[str, Any], where: str) -> ModelSettings:
+    caps = _get(d, "capabilities", list, where, ["chat"])
+    for c in caps:
+        if c not in CAPABILITIES:
+            raise ConfigError(f"{where}.capabilities: unknown {c!r}; use {', '.join(CAPABILITIES)}")
+    aliases = _get(d, "aliases", list, where, [])
+    if not all(isinstance(a, str) for a in aliases):
+        raise ConfigError(f"{where}.aliases: expected a list of strings")
+    ctx = _get(d, "context_length", int, where, 8192)
+    if ctx < 1:
+        raise ConfigError(f"{where}.context_length: must be positive")
+    return ModelSettings(_name(d, where), ctx, list(caps), list(aliases))
+
+
+def _group(d: dict[str, Any], where: str) -> GroupSettings:
+    g = GroupSettings(
+        name=_name(d, where),
+        scheduler_weight=_get(d, "scheduler_weight", float, where, 1.0),
+        token_budget=_get(d, "token_budget", int, where, 0),
+        rpm=_get(d, "rpm", int, where, 0),
+        max_concurrent=_get(d, "max_concurrent", int, where, 0),
+        budget_period_days=_get(d, "budget_period_days", int, where, 30),
+    )
+    if g.scheduler_weight <= 0:
+        raise ConfigError(f"{where}.scheduler_weight: must be positive")
+    return g
+
+
+def settings_from_dict(raw: dict[str, Any]) -> Settings:
+    if not isinstance(raw, dict):
+        raise ConfigError("the configuration must be a mapping")
+    s = Settings()
+    s.database_url = _get(raw, "database_url", str, "", s.database_url)
+    s.redis_url = _get(raw, "redis_url", str, "", None)
+    s.host = _get(raw, "host", str, "", s.host)
+    s.port = _get(raw, "port", int, "", s.port)
+    s.log_level = _get(raw, "log_level", str, "", s.log_level).upper()
+    s.secret_key = _get(raw, "secret_key", str, "", s.secret_key)
+    field_name = _get(raw, "reasoning_field", str, "", s.reasoning_field)
+    if field_name not in ("reasoning_content", "reasoning", "both"):
+        raise ConfigError("reasoning_field: one of reasoning_content, reasoning, both")
+    s.reasoning_field = field_name
+    s.max_body_bytes = _get(raw, "max_body_bytes", int, "", s.max_body_bytes)
+    t = _get(raw, "timeouts", dict, "", {})
+    s.timeouts = Timeouts(
+        connect=_get(t, "connect", float, "timeouts", 10.0),
+        first_byte=_get(t, "first_byte", float, "timeouts", 60.0),
+        total=_get(t, "total", float, "timeouts", 180.0),
+    )
+    s.groups = [_group(d, f"groups[{i}]") for i, d in enumerate(_items(raw, "groups"))]
+    s.users = [
+        UserSettings(_name(d, f"users[{i}]"), _get(d, "group", str, f"users[{i}]", "default"))
+        for i, d in enumerate(_items(raw, "users"))
+    ]
+    s.backends = [_backend(d, f"backends[{i}]") for i, d in enumerate(_items(raw, "backends"))]
+    s.models = [_model(d, f"models[{i}]") for i, d in enumerate(_items(raw, "models"))]
+    _check_unique("backends", [b.name for b in s.backends])
+    _check_unique("models", [n for m in s.models for n in [m.name, *m.aliases]])
+    _check_unique("groups", [g.name for g in s.groups])
+    return s
+
+
+def _check_unique(what: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise ConfigError(f"{what}: {n!r} appears more than once")
+        seen.add(n)
+
+
+def load_settings(path: str | Path | None) -> Settings:
+    """Read the YAML file (if any), then apply MINDROUTER_DATABASE_URL / MINDROUTER_REDIS_URL."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            raw = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+    settings = settings_from_dict(raw)
+    if os.environ.get("MINDROUTER_DATABASE_URL"):
+        settings.database_url = os.environ["MINDROUTER_DATABASE_URL"]
+    if os.environ.get("MINDROUTER_REDIS_URL"):
+        settings.redis_url = os.environ["MINDROUTER_REDIS_URL"]
+    return settings

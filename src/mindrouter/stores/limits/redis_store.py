@@ -1,0 +1,272 @@
+"""Per-user limit counters in Redis, exact across every process and replica that shares the server.
+
+Each admit and each settle is one Lua script (see `lua.py` for keys and TTLs), so check-all-then-
+reserve is atomic on the server and a refused request reserves nothing. Scripts run by EVALSHA; a
+server that lost its script cache (restart, SCRIPT FLUSH, failover) answers NOSCRIPT and the script
+is loaded and run again.
+
+Concurrency slots are leases that expire `lease_seconds` after admission (by the caller's clock)
+and are reaped inside the scripts, so a crashed process cannot hold a user's slots for ever. The
+trade-off: a request still running when its lease expires stops counting (its slot and its
+reservation are freed early, so the user may exceed the limits by one request per overdue one),
+while a crashed process keeps its slots busy for up to `lease_seconds`. The default (15 min)
+outlives the gateway's longest request (capacity wait plus three attempts).
+
+Redis connection and timeout errors become `LimitStoreUnavailable` (an `Overloaded`) here, the one
+place they arise; `ResilientLimitStore` decides what to do about them. Give injected clients short
+socket timeouts and no retries: redis-py retries by default, and a retried script that had already
+run would admit twice. `from_url` builds such a client. Targets a single Redis server (or a primary
+behind Sentinel): the scripts also touch the shared `dirty` set, which Redis Cluster would reject.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+from uuid import uuid4
+
+from redis import exceptions as redis_errors
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from mindrouter.errors import Overloaded
+from mindrouter.stores.limits import lua
+from mindrouter.stores.limits.model import (
+    BUSY_RETRY_SECONDS,
+    DEFAULT_LEASE_SECONDS,
+    WINDOW_SECONDS,
+    Limits,
+    LimitStoreUnavailable,
+    Ticket,
+    UsageSnapshot,
+    rate_limited,
+    validate_tokens,
+)
+
+# Garbage collection only (Redis's own clock); the scripts decide expiry by the caller's `now`.
+_TTL_SLACK_MS = 60_000
+
+
+@contextmanager
+def _unavailable_on_redis_errors() -> Iterator[None]:
+    try:
+        yield
+    except redis_errors.MaxConnectionsError as exc:
+        # Our own pool is exhausted (a non-blocking pool under a burst): Redis itself is fine, so
+        # this must not trip the unavailability policy.
+        raise Overloaded(f"rate limiting is busy (Redis client pool: {exc})") from exc
+    except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+        raise LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})") from exc
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _num(value: float) -> str:
+    return repr(float(value))
+
+
+async def _await(result: Awaitable[Any] | Any) -> Any:
+    # redis-py types its asyncio commands as "awaitable or value" (shared with the sync client).
+    return await cast(Awaitable[Any], result)
+
+
+class _Script:
+    """A Lua script run by its SHA1, loaded on the first NOSCRIPT."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    async def run(self, client: Redis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        try:
+            return await _await(client.evalsha(self.sha, len(keys), *keys, *args))
+        except redis_errors.NoScriptError:
+            await _await(client.script_load(self.source))
+            return await _await(client.evalsha(self.sha, len(keys), *keys, *args))
+
+
+class RedisLimitStore:
+    def __init__(
+        self,
+        client: Redis,
+        prefix: str = "mr:",
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        owns_client: bool = False,
+    ) -> None:
+        if lease_seconds <= 0:
+            raise ValueError("lease_seconds must be positive")
+        self._client = client
+        self._prefix = f"{prefix}limits:"
+        self._lease_seconds = lease_seconds
+        self._lease_ttl_ms = int(lease_seconds * 1000) + _TTL_SLACK_MS
+        self._window_ttl_ms = int(WINDOW_SECONDS * 1000) + _TTL_SLACK_MS
+        self._owns_client = owns_client
+        self._admit = _Script(lua.ADMIT)
+        self._settle = _Script(lua.SETTLE)
+        self._snapshot = _Script(lua.SNAPSHOT)
+        self._seed = _Script(lua.SEED)
+        self._unreported: set[str] = set()  # popped from `dirty` but not yet handed out
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "mr:",
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        timeout_seconds: float = 1.0,
+        max_connections: int = 64,
+    ) -> RedisLimitStore:
+        """A store owning a client with short timeouts, no retries (see the module doc) and a
+        blocking pool: a burst waits for a connection instead of failing with "Too many
+        connections", which the default pool does past its size."""
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds,
+            socket_timeout=timeout_seconds,
+            retry=Retry(NoBackoff(), 0),
+        )
+        return cls(Redis.from_pool(pool), prefix, lease_seconds=lease_seconds, owns_client=True)
+
+    def _user_keys(self, user: str) -> list[str]:
+        p = self._prefix
+        return [
+            f"{p}usage:{user}",
+            f"{p}window:{user}",
+            f"{p}leases:{user}",
+            f"{p}lease_tokens:{user}",
+        ]
+
+    @property
+    def _dirty_key(self) -> str:
+        return f"{self._prefix}dirty"
+
+    async def admit(self, user: str, limits: Limits, estimate_tokens: int, now: float) -> Ticket:
+        validate_tokens("estimate_tokens", estimate_tokens)
+        lease_id = uuid4().hex
+        expires = now + self._lease_seconds
+        args: list[str | int] = [
+            _num(now),
+            limits.token_budget,
+            limits.rpm,
+            limits.max_concurrent,
+            _num(limits.period_seconds),
+            estimate_tokens,
+            lease_id,
+            _num(expires),
+            user,
+            _num(WINDOW_SECONDS),
+            _num(BUSY_RETRY_SECONDS),
+            self._window_ttl_ms,
+            self._lease_ttl_ms,
+        ]
+        with _unavailable_on_redis_errors():
+            reply = await self._admit.run(
+                self._client, [*self._user_keys(user), self._dirty_key], args
+            )
+        if int(reply[0]) != 1:
+            reason, wait, used, reserved, in_flight = (_text(v) for v in reply[1:6])
+            raise rate_limited(
+                reason,
+                float(wait),
+                limits=limits,
+                estimate=estimate_tokens,
+                used=int(used),
+                reserved=int(reserved),
+                in_flight=int(in_flight),
+            )
+        return Ticket(
+            user=user,
+            reserved_tokens=estimate_tokens,
+            period_start=float(_text(reply[1])),
+            lease_id=lease_id,
+            admitted_at=now,
+            lease_expires=expires,
+            period_seconds=limits.period_seconds,
+            origin="redis",
+        )
+
+    async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
+        validate_tokens("used_tokens", used_tokens)
+        usage, _window, leases, tokens = self._user_keys(ticket.user)
+        args: list[str | int] = [
+            _num(now),
+            ticket.lease_id,
+            used_tokens,
+            _num(ticket.period_seconds),
+            _num(ticket.period_start),
+            ticket.user,
+        ]
+        with _unavailable_on_redis_errors():
+            await self._settle.run(self._client, [usage, leases, tokens, self._dirty_key], args)
+
+    async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
+        args = [_num(now), _num(limits.period_seconds), _num(WINDOW_SECONDS)]
+        with _unavailable_on_redis_errors():
+            reply = await self._snapshot.run(self._client, self._user_keys(user), args)
+        return _parse_snapshot(user, reply) or UsageSnapshot(user, now, 0, 0, 0, 0, 0, as_of=now)
+
+    async def seed(
+        self, user: str, period_start: float, period_tokens: int, lifetime_tokens: int
+    ) -> None:
+        validate_tokens("period_tokens", period_tokens)
+        validate_tokens("lifetime_tokens", lifetime_tokens)
+        args: list[str | int] = [_num(period_start), period_tokens, lifetime_tokens]
+        with _unavailable_on_redis_errors():
+            await self._seed.run(self._client, self._user_keys(user)[:1], args)
+
+    async def dirty(self) -> list[UsageSnapshot]:
+        """Pops the shared dirty set: with several replicas, each change is reported by one."""
+        with _unavailable_on_redis_errors():
+            while batch := await _await(self._client.spop(self._dirty_key, 1000)):
+                self._unreported.update(_text(user) for user in batch)
+            users = sorted(self._unreported)
+            # Load once, then pipeline: one round trip for every changed user.
+            await _await(self._client.script_load(self._snapshot.source))
+            async with self._client.pipeline(transaction=False) as pipe:
+                for user in users:
+                    args = ["", "", _num(WINDOW_SECONDS)]
+                    pipe.evalsha(self._snapshot.sha, 4, *self._user_keys(user), *args)
+                replies = await pipe.execute(raise_on_error=False)
+            snapshots = []
+            for user, piped in zip(users, replies, strict=True):
+                reply = piped
+                if isinstance(piped, redis_errors.NoScriptError):
+                    args = ["", "", _num(WINDOW_SECONDS)]
+                    reply = await self._snapshot.run(self._client, self._user_keys(user), args)
+                elif isinstance(piped, Exception):
+                    raise piped
+                snapshot = _parse_snapshot(user, reply)
+                if snapshot is not None:
+                    snapshots.append(snapshot)
+        # Only now are they handed out; a failure above keeps them for the next call.
+        self._unreported.clear()
+        return snapshots
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+
+def _parse_snapshot(user: str, reply: Sequence[object]) -> UsageSnapshot | None:
+    if not reply:
+        return None
+    start, used, reserved, lifetime, in_flight, recent, as_of = (_text(v) for v in reply)
+    return UsageSnapshot(
+        user=user,
+        period_start=float(start) if start else float(as_of),
+        period_tokens=int(used),
+        reserved_tokens=int(reserved),
+        lifetime_tokens=int(lifetime),
+        in_flight=int(in_flight),
+        requests_last_minute=int(recent),
+        as_of=float(as_of),
+    )

@@ -1,0 +1,222 @@
+"""Audit records written with group commit.
+
+`begin(record)` must not return before the record is committed: the audit trail has to exist
+even if inference then crashes or the client goes away. Committing each record on its own
+would make every request pay a full transaction (an fsync on SQLite); instead, records that
+arrive while a commit is in flight wait for the next one, so a burst of N requests costs a few
+transactions, not N. No transaction is held open while requests run.
+
+`complete(uuid, outcome)` only queues; completions are written in batches by the same single
+drain task, always after the begins queued before them (a completion can never overtake the
+insert it updates). `close()` drains everything that was queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, insert, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from mindrouter.errors import InternalError
+from mindrouter.observability.logging import log
+from mindrouter.stores.audit_records import AuditOutcome, AuditStart
+from mindrouter.stores.sql.schema import audit_records
+
+MAX_BATCH = 500
+COMPLETE_RETRIES = 5
+_ERROR_TEXT_LIMIT = 8_000
+
+
+@dataclass(slots=True)
+class WriterStats:
+    begin_batches: int = 0
+    begun: int = 0
+    complete_batches: int = 0
+    completed: int = 0
+
+
+def _cut(value: str | None, limit: int) -> str | None:
+    return value if value is None or len(value) <= limit else value[:limit]
+
+
+def start_values(record: AuditStart) -> dict[str, Any]:
+    return {
+        "uuid": record.uuid,
+        "request_id": _cut(record.request_id, 64),
+        "created_at": record.created_at,
+        "user_id": record.user_id,
+        "user_name": record.user_name,
+        "key_id": record.key_id,
+        "key_prefix": record.key_prefix,
+        "model": _cut(record.model, 200),
+        "endpoint": _cut(record.endpoint, 200),
+        "messages": record.messages,
+        "stream": record.stream,
+        "client_ip": _cut(record.client_ip, 64),
+        "user_agent": _cut(record.user_agent, 500),
+        "status": "pending",
+        "attempts": 0,
+        "purged": False,
+    }
+
+
+def outcome_values(uuid: str, outcome: AuditOutcome) -> dict[str, Any]:
+    # Bound parameter names must differ from column names in an UPDATE's SET clause.
+    return {
+        "b_uuid": uuid,
+        "b_status": outcome.status,
+        "b_output": outcome.output,
+        "b_input_tokens": outcome.input_tokens,
+        "b_output_tokens": outcome.output_tokens,
+        "b_error_message": _cut(outcome.error_message, _ERROR_TEXT_LIMIT),
+        "b_backend": _cut(outcome.backend, 100),
+        "b_attempts": outcome.attempts,
+        "b_queued_ms": outcome.queued_ms,
+        "b_first_token_ms": outcome.first_token_ms,
+        "b_total_ms": outcome.total_ms,
+        "b_completed_at": outcome.completed_at,
+    }
+
+
+_COMPLETE = (
+    update(audit_records)
+    .where(audit_records.c.uuid == bindparam("b_uuid"))
+    .values(
+        {
+            name: bindparam(f"b_{name}")
+            for name in (
+                "status",
+                "output",
+                "input_tokens",
+                "output_tokens",
+                "error_message",
+                "backend",
+                "attempts",
+                "queued_ms",
+                "first_token_ms",
+                "total_ms",
+                "completed_at",
+            )
+        }
+    )
+)
+
+
+class AuditWriter:
+    def __init__(self, engine: AsyncEngine, *, max_batch: int = MAX_BATCH) -> None:
+        self.engine = engine
+        self.max_batch = max_batch
+        self.stats = WriterStats()
+        self._begins: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+        self._completions: list[dict[str, Any]] = []
+        self._complete_failures = 0
+        self._drain: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def begin(self, record: AuditStart) -> None:
+        """Returns once the record is committed; raises InternalError if it could not be."""
+        if self._closed:
+            raise InternalError("the audit writer is closed")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._begins.append((start_values(record), future))
+        self._kick()
+        # Shielded: if the caller is cancelled (client gone), the record is still written.
+        await asyncio.shield(future)
+
+    def complete(self, uuid: str, outcome: AuditOutcome) -> None:
+        """Queues the outcome; written soon after by the drain task, at the latest by close()."""
+        self._completions.append(outcome_values(uuid, outcome))
+        if not self._closed:
+            self._kick()
+
+    async def flush(self) -> None:
+        """Waits until everything queued so far has been written (or given up on)."""
+        while self._drain is not None and not self._drain.done():
+            await asyncio.shield(self._drain)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self.flush()
+        if self._begins or self._completions:
+            self._kick()
+            await self.flush()
+
+    def _kick(self) -> None:
+        if self._drain is None or self._drain.done():
+            self._drain = asyncio.create_task(self._run(), name="audit-writer")
+
+    async def _run(self) -> None:
+        try:
+            while self._begins or self._completions:
+                if self._begins:
+                    await self._write_begins()
+                else:
+                    await self._write_completions()
+        except BaseException:
+            # Cancelled (event loop shutting down) or a bug: nobody may wait forever.
+            pending, self._begins = self._begins, []
+            for _, future in pending:
+                self._settle(future, InternalError("the audit writer stopped"))
+            raise
+
+    async def _write_begins(self) -> None:
+        batch, self._begins = self._begins[: self.max_batch], self._begins[self.max_batch :]
+        try:
+            failure = await self._insert([values for values, _ in batch])
+            if failure is not None and len(batch) > 1:
+                # One bad record (say, messages that cannot be serialised) must not fail the
+                # requests that happened to share its transaction: retry each on its own.
+                for values, future in batch:
+                    self._settle(future, await self._insert([values]))
+                return
+        except BaseException:
+            for _, future in batch:
+                self._settle(future, InternalError("the audit writer stopped"))
+            raise
+        for _, future in batch:
+            self._settle(future, failure)
+
+    async def _insert(self, rows: list[dict[str, Any]]) -> Exception | None:
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(insert(audit_records), rows)
+        except (SQLAlchemyError, TypeError, ValueError) as exc:
+            log.error("audit records could not be written", error=str(exc), records=len(rows))
+            return InternalError("the audit record could not be written")
+        self.stats.begin_batches += 1
+        self.stats.begun += len(rows)
+        return None
+
+    @staticmethod
+    def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
+        if future.done():
+            return
+        if failure is None:
+            future.set_result(None)
+        else:
+            future.set_exception(failure)
+            future.exception()  # a caller that went away has nobody to raise it to
+
+    async def _write_completions(self) -> None:
+        size = self.max_batch
+        batch, self._completions = self._completions[:size], self._completions[size:]
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(_COMPLETE, batch)
+        except (SQLAlchemyError, TypeError, ValueError) as exc:
+            self._complete_failures += 1
+            if self._complete_failures >= COMPLETE_RETRIES:
+                log.error("audit outcomes dropped", error=str(exc), records=len(batch))
+                self._complete_failures = 0
+                return
+            log.warning("audit outcomes not written yet; retrying", error=str(exc))
+            self._completions[:0] = batch
+            await asyncio.sleep(0.1 * 2**self._complete_failures)
+            return
+        self._complete_failures = 0
+        self.stats.complete_batches += 1
+        self.stats.completed += len(batch)

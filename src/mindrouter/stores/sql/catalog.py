@@ -1,0 +1,204 @@
+"""Backends and models as database rows, for the admin API and for config sync.
+
+Rows are named by their unique name. Field values are checked where a wrong one would only show
+up later as a confusing routing failure (an unknown engine or capability, a bad URL).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from mindrouter.errors import InvalidRequest, NotFound
+from mindrouter.stores.records import (
+    Backend,
+    BackendChanges,
+    BackendModelRow,
+    Model,
+    ModelChanges,
+)
+from mindrouter.stores.sql.schema import backends, models
+from mindrouter.stores.sql.transactions import AnyRow, reading, utcnow, writing
+
+ENGINES = ("vllm", "ollama", "llamacpp", "openai")
+CAPABILITIES = ("chat", "vision", "embedding", "tools", "thinking")
+
+
+def check_backend(values: dict[str, Any]) -> None:
+    if "engine" in values and values["engine"] not in ENGINES:
+        raise InvalidRequest(f"engine must be one of {', '.join(ENGINES)}", param="engine")
+    url = values.get("url")
+    if url is not None and not str(url).startswith(("http://", "https://")):
+        raise InvalidRequest("url must be an http(s) URL", param="url")
+    if "max_concurrent" in values and values["max_concurrent"] < 1:
+        raise InvalidRequest("max_concurrent must be at least 1", param="max_concurrent")
+
+
+def check_model(values: dict[str, Any]) -> None:
+    unknown = [c for c in values.get("capabilities", ()) if c not in CAPABILITIES]
+    if unknown:
+        raise InvalidRequest(
+            f"unknown capabilities {unknown}; use {', '.join(CAPABILITIES)}", param="capabilities"
+        )
+    if "context_length" in values and values["context_length"] < 1:
+        raise InvalidRequest("context_length must be positive", param="context_length")
+
+
+def backend_values(changes: BackendChanges | dict[str, Any]) -> dict[str, Any]:
+    """Column values for a backend, with the served models as JSON."""
+    values: dict[str, Any] = dict(changes)
+    if "models" in values and values["models"] is not None:
+        values["models"] = [{"name": m.name, "upstream": m.upstream} for m in values["models"]]
+    return values
+
+
+def backend_from_row(row: AnyRow) -> Backend:
+    served = row.models
+    return Backend(
+        id=row.id,
+        name=row.name,
+        engine=row.engine,
+        url=row.url,
+        gpu=row.gpu,
+        max_concurrent=row.max_concurrent,
+        priority=row.priority,
+        enabled=bool(row.enabled),
+        models=None
+        if served is None
+        else [BackendModelRow(m["name"], m.get("upstream", m["name"])) for m in served],
+        updated_at=row.updated_at,
+    )
+
+
+def model_from_row(row: AnyRow) -> Model:
+    return Model(
+        id=row.id,
+        name=row.name,
+        context_length=row.context_length,
+        capabilities=list(row.capabilities),
+        aliases=list(row.aliases),
+        enabled=bool(row.enabled),
+        updated_at=row.updated_at,
+    )
+
+
+class SqlCatalog:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    # -- backends ------------------------------------------------------------------------------
+
+    async def list_backends(self) -> list[Backend]:
+        async with reading(self.engine) as conn:
+            rows = await conn.execute(select(backends).order_by(backends.c.name))
+            return [backend_from_row(r) for r in rows]
+
+    async def get_backend(self, name: str) -> Backend:
+        async with reading(self.engine) as conn:
+            row = (await conn.execute(select(backends).where(backends.c.name == name))).first()
+        if row is None:
+            raise NotFound(f"no backend named {name!r}")
+        return backend_from_row(row)
+
+    async def create_backend(
+        self,
+        name: str,
+        engine: str,
+        url: str,
+        *,
+        gpu: str | None = None,
+        max_concurrent: int = 8,
+        priority: int = 0,
+        enabled: bool = True,
+        models: list[BackendModelRow] | None = None,
+    ) -> Backend:
+        changes: BackendChanges = {
+            "engine": engine,
+            "url": url,
+            "gpu": gpu,
+            "max_concurrent": max_concurrent,
+            "priority": priority,
+            "enabled": enabled,
+            "models": models,
+        }
+        values = backend_values(changes)
+        check_backend(values)
+        now = utcnow()
+        async with writing(self.engine, f"a backend named {name!r} already exists") as conn:
+            await conn.execute(
+                insert(backends).values(name=name, created_at=now, updated_at=now, **values)
+            )
+        return await self.get_backend(name)
+
+    async def update_backend(self, name: str, changes: BackendChanges) -> Backend:
+        values = backend_values(changes)
+        check_backend(values)
+        await self._update(backends, name, values, "backend")
+        return await self.get_backend(name)
+
+    async def delete_backend(self, name: str) -> None:
+        await self._delete(backends, name, "backend")
+
+    # -- models --------------------------------------------------------------------------------
+
+    async def list_models(self) -> list[Model]:
+        async with reading(self.engine) as conn:
+            rows = await conn.execute(select(models).order_by(models.c.name))
+            return [model_from_row(r) for r in rows]
+
+    async def get_model(self, name: str) -> Model:
+        async with reading(self.engine) as conn:
+            row = (await conn.execute(select(models).where(models.c.name == name))).first()
+        if row is None:
+            raise NotFound(f"no model named {name!r}")
+        return model_from_row(row)
+
+    async def create_model(
+        self,
+        name: str,
+        *,
+        context_length: int = 8192,
+        capabilities: list[str] | None = None,
+        aliases: list[str] | None = None,
+        enabled: bool = True,
+    ) -> Model:
+        values: dict[str, Any] = {
+            "context_length": context_length,
+            "capabilities": capabilities if capabilities is not None else ["chat"],
+            "aliases": aliases or [],
+            "enabled": enabled,
+        }
+        check_model(values)
+        now = utcnow()
+        async with writing(self.engine, f"a model named {name!r} already exists") as conn:
+            await conn.execute(
+                insert(models).values(name=name, created_at=now, updated_at=now, **values)
+            )
+        return await self.get_model(name)
+
+    async def update_model(self, name: str, changes: ModelChanges) -> Model:
+        values: dict[str, Any] = dict(changes)
+        check_model(values)
+        await self._update(models, name, values, "model")
+        return await self.get_model(name)
+
+    async def delete_model(self, name: str) -> None:
+        await self._delete(models, name, "model")
+
+    # -- shared --------------------------------------------------------------------------------
+
+    async def _update(self, table: Table, name: str, values: dict[str, Any], what: str) -> None:
+        async with writing(self.engine) as conn:
+            result = await conn.execute(
+                update(table).where(table.c.name == name).values(updated_at=utcnow(), **values)
+            )
+            if result.rowcount == 0:
+                raise NotFound(f"no {what} named {name!r}")
+
+    async def _delete(self, table: Table, name: str, what: str) -> None:
+        async with writing(self.engine) as conn:
+            result = await conn.execute(delete(table).where(table.c.name == name))
+            if result.rowcount == 0:
+                raise NotFound(f"no {what} named {name!r}")

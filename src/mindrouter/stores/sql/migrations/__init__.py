@@ -1,0 +1,1 @@
+"""Alembic migrations, shipped with the package; run them through `stores.sql.migrate`."""

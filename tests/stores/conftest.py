@@ -1,0 +1,189 @@
+"""Real databases for the store tests: SQLite, PostgreSQL and MariaDB, every test on each.
+
+The servers are shared with other test runs, so every database and every row name is random.
+One database per engine is created and migrated for the session (and dropped at its end);
+tests that need an empty database get their own through `fresh_url`. An unreachable server
+fails the tests that need it with a message saying so: these tests never skip.
+
+Server locations default to this machine's; CI may point elsewhere with
+MINDROUTER_TEST_POSTGRES (e.g. postgresql://postgres@db:5432) and MINDROUTER_TEST_MARIADB
+(e.g. mysql://root@db:3306).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncmy
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from mindrouter.identity.keys import KeyHasher
+from mindrouter.stores.sql import SqlStores, open_stores
+from mindrouter.stores.sql.engine import create_engine
+from mindrouter.stores.sql.migrate import upgrade
+
+ENGINES = ("sqlite", "postgresql", "mariadb")
+POSTGRES = make_url(os.environ.get("MINDROUTER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432"))
+MARIADB = make_url(os.environ.get("MINDROUTER_TEST_MARIADB", "mysql://root@127.0.0.1:3306"))
+
+# Cheap Argon2 so that tests creating many keys stay fast; production keeps the defaults.
+FAST_HASHER = KeyHasher(time_cost=1, memory_cost=8, parallelism=1)
+
+
+T = TypeVar("T")
+
+
+def run_in_thread(coro: Coroutine[Any, Any, T]) -> T:
+    """Runs a coroutine to completion on its own loop, away from the test's loop."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(4)}"
+
+
+def _db_name() -> str:
+    return f"mr_test_{secrets.token_hex(6)}"
+
+
+async def _postgres_admin() -> asyncpg.Connection:
+    try:
+        return await asyncpg.connect(
+            host=POSTGRES.host,
+            port=POSTGRES.port or 5432,
+            user=POSTGRES.username or "postgres",
+            password=POSTGRES.password,
+            database="postgres",
+            timeout=5,
+        )
+    except (OSError, asyncpg.PostgresError) as exc:
+        pytest.fail(
+            f"PostgreSQL is unreachable at {POSTGRES.host}:{POSTGRES.port or 5432} ({exc}); "
+            "the store tests need it (set MINDROUTER_TEST_POSTGRES to point elsewhere)",
+            pytrace=False,
+        )
+
+
+async def _mariadb_admin() -> asyncmy.Connection:
+    try:
+        return await asyncmy.connect(
+            host=MARIADB.host,
+            port=MARIADB.port or 3306,
+            user=MARIADB.username or "root",
+            password=MARIADB.password or "",
+            connect_timeout=5,
+        )
+    except (OSError, asyncmy.errors.Error) as exc:
+        pytest.fail(
+            f"MariaDB is unreachable at {MARIADB.host}:{MARIADB.port or 3306} ({exc}); "
+            "the store tests need it (set MINDROUTER_TEST_MARIADB to point elsewhere)",
+            pytrace=False,
+        )
+
+
+async def create_database(engine: str, tmp: Path) -> str:
+    """A new, empty database; returns its SQLAlchemy URL."""
+    name = _db_name()
+    if engine == "sqlite":
+        return f"sqlite+aiosqlite:///{tmp / name}.db"
+    if engine == "postgresql":
+        conn = await _postgres_admin()
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        return str(POSTGRES.set(drivername="postgresql+asyncpg", database=name)
+                   .render_as_string(hide_password=False))
+    conn = await _mariadb_admin()
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(
+                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+            )
+    finally:
+        conn.close()
+    return MARIADB.set(drivername="mysql+asyncmy", database=name).render_as_string(
+        hide_password=False
+    )
+
+
+async def drop_database(url: str) -> None:
+    parsed = make_url(url)
+    name = parsed.database
+    backend = parsed.get_backend_name()
+    if backend == "sqlite" or not name:
+        return
+    if backend == "postgresql":
+        conn = await _postgres_admin()
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+        return
+    conn = await _mariadb_admin()
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    finally:
+        conn.close()
+
+
+async def _create_migrated(engine: str, tmp: Path) -> str:
+    url = await create_database(engine, tmp)
+    db = create_engine(url)
+    try:
+        await upgrade(db)
+    finally:
+        await db.dispose()
+    return url
+
+
+@pytest.fixture(scope="session")
+def migrated_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Per engine, created lazily: a migrated database shared by the session's tests."""
+    tmp = tmp_path_factory.mktemp("databases")
+    urls: dict[str, str] = {}
+
+    class Lazy(dict[str, str]):
+        def __missing__(self, engine: str) -> str:
+            urls[engine] = run_in_thread(_create_migrated(engine, tmp))
+            self[engine] = urls[engine]
+            return urls[engine]
+
+    yield Lazy()
+    for url in urls.values():
+        run_in_thread(drop_database(url))
+
+
+@pytest.fixture(params=ENGINES)
+def db_url(request: pytest.FixtureRequest, migrated_urls: dict[str, str]) -> str:
+    return migrated_urls[request.param]
+
+
+@pytest.fixture
+async def stores(db_url: str) -> AsyncIterator[SqlStores]:
+    opened = open_stores(db_url, hasher=FAST_HASHER)
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+@pytest.fixture
+async def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """An empty database of the parametrized engine, dropped after the test."""
+    engine = request.node.callspec.params["engine"]
+    url = await create_database(engine, tmp_path)
+    try:
+        yield url
+    finally:
+        await drop_database(url)

@@ -1,0 +1,1 @@
+"""Tests for the per-user limit stores (memory and Redis)."""

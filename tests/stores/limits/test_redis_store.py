@@ -1,0 +1,114 @@
+"""The Redis store against its reference: the same random histories give the same answers.
+
+Plus what only Redis has: the script cache, connection pools, and a store built from a URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from mindrouter.errors import Overloaded, RateLimited
+from mindrouter.stores.limits import (
+    Limits,
+    LimitStore,
+    LimitStoreUnavailable,
+    MemoryLimitStore,
+    RedisLimitStore,
+    Ticket,
+)
+from mindrouter.stores.limits.lua import ADMIT
+from mindrouter.stores.limits.redis_store import _Script
+
+from .conftest import REDIS_URL, RedisServer
+
+T0 = 1_700_000_000.0
+USERS = ("alice", "bob")
+
+
+async def admit(store: LimitStore, user: str, limits: Limits, estimate: int, now: float) -> object:
+    try:
+        return await store.admit(user, limits, estimate, now)
+    except RateLimited as refused:
+        return (refused.limit, refused.message, refused.retry_after)
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_redis_matches_the_memory_store(seed: int, redis_server: RedisServer) -> None:
+    rng = random.Random(seed)
+    memory = MemoryLimitStore(lease_seconds=40)
+    shared = redis_server.store(lease_seconds=40)
+    limits = {
+        user: Limits(
+            token_budget=rng.choice([0, 300, 1000]),
+            rpm=rng.choice([0, 3, 10]),
+            max_concurrent=rng.choice([0, 1, 3]),
+            budget_period_days=1,
+        )
+        for user in USERS
+    }
+    now, held = T0, list[tuple[Ticket, Ticket]]()
+    for step in range(150):
+        now += rng.choice([0.0, 0.0, 0.5, 3.0, 20.0, 30_000.0])  # leases last 40 s, periods 1 day
+        user = rng.choice(USERS)
+        if rng.random() < 0.55:
+            estimate = rng.randint(0, 150)
+            expected = await admit(memory, user, limits[user], estimate, now)
+            got = await admit(shared, user, limits[user], estimate, now)
+            if isinstance(expected, Ticket):
+                assert isinstance(got, Ticket), (step, got)
+                assert got.period_start == expected.period_start
+                held.append((expected, got))
+            else:
+                assert got == expected, step
+        elif held:
+            expected_ticket, ticket = held.pop(rng.randrange(len(held)))
+            used = rng.randint(0, 200)
+            await memory.settle(expected_ticket, used, now)
+            await shared.settle(ticket, used, now)
+        for name in USERS:
+            expected_snap = await memory.snapshot(name, limits[name], now)
+            assert await shared.snapshot(name, limits[name], now) == expected_snap, step
+        if step % 30 == 0:
+            assert await shared.dirty() == await memory.dirty(), step
+    assert await shared.dirty() == await memory.dirty()
+
+
+async def test_a_lost_script_cache_is_refilled(redis_server: RedisServer) -> None:
+    # A variant of the admit script no server has seen: the first EVALSHA answers NOSCRIPT.
+    script = _Script(ADMIT + f"\n-- {redis_server.prefix}")
+    client = redis_server.clients[0]
+    assert await client.script_exists(script.sha) == [False]
+    p = f"{redis_server.prefix}limits:"
+    keys = [f"{p}usage:u", f"{p}window:u", f"{p}leases:u", f"{p}lease_tokens:u", f"{p}dirty"]
+    args: list[str | int] = [repr(T0), 0, 0, 0, "86400.0", 5, "lease", repr(T0 + 9), "u"]
+    args += ["60.0", "1.0", 120_000, 120_000]
+    reply = await script.run(client, keys, args)
+    assert int(reply[0]) == 1
+    assert await client.script_exists(script.sha) == [True]
+    # (SCRIPT FLUSH would show the same, but the server may be shared with other users.)
+
+
+async def test_an_exhausted_client_pool_is_busy_not_unavailable(redis_server: RedisServer) -> None:
+    # The default pool raises past its size instead of waiting; Redis itself is fine.
+    client = Redis.from_url(REDIS_URL, max_connections=2, retry=Retry(NoBackoff(), 0))
+    store = RedisLimitStore(client, redis_server.prefix, owns_client=True)
+    results = await asyncio.gather(
+        *(store.admit("alice", Limits(), 1, T0) for _ in range(20)), return_exceptions=True
+    )
+    busy = [r for r in results if isinstance(r, Overloaded)]
+    assert busy and not any(isinstance(r, LimitStoreUnavailable) for r in busy)
+    assert all(isinstance(r, Ticket | Overloaded) for r in results)
+    await store.close()
+
+
+async def test_a_store_from_a_url_owns_its_client(redis_server: RedisServer) -> None:
+    store = RedisLimitStore.from_url(REDIS_URL, redis_server.prefix, max_connections=4)
+    tickets = await asyncio.gather(*(store.admit("alice", Limits(), 1, T0) for _ in range(50)))
+    assert len({t.lease_id for t in tickets}) == 50
+    await store.close()
