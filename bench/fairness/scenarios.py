@@ -17,7 +17,6 @@ from bench.fairness import metrics as m
 from bench.fairness.policies import Fcfs, Ours, Policy, RateLimited, RoundRobin
 from bench.fairness.simulator import Record, simulate
 from bench.fairness.workload import (
-    CHAT,
     ONE_MODEL,
     TWO_MODELS,
     Backend,
@@ -53,23 +52,22 @@ def scenarios(short: bool) -> list[Scenario]:
         Scenario(
             "flood",
             "one user at 50 req/min, four at 1 req/min",
-            [Source("heavy", 50, **CHAT)] + [Source(u, 1, **CHAT) for u in LIGHT],
+            [Source("heavy", 50)] + [Source(u, 1) for u in LIGHT],
             1200 * k,
             11,
         ),
         Scenario(
             "weights",
             "two users of weight 3, two of weight 1, all at 20 req/min",
-            [Source(f"w3-{i}", 20, weight=3, **CHAT) for i in (1, 2)]
-            + [Source(f"w1-{i}", 20, weight=1, **CHAT) for i in (1, 2)],
+            [Source(f"w3-{i}", 20, weight=3) for i in (1, 2)]
+            + [Source(f"w1-{i}", 20, weight=1) for i in (1, 2)],
             900 * k,
             12,
         ),
         Scenario(
             "rejoin",
             f"four users at 20 req/min; one idle from {away[0]:g} s, back at {away[1]:g} s",
-            [Source(f"stay-{i}", 20, **CHAT) for i in (1, 2, 3)]
-            + [Source("rejoin", 20, pauses=(away,), **CHAT)],
+            [Source(f"stay-{i}", 20) for i in (1, 2, 3)] + [Source("rejoin", 20, pauses=(away,))],
             away[1] + 240 * k,
             13,
             rejoin_at=away[1],
@@ -82,11 +80,11 @@ def scenarios(short: bool) -> list[Scenario]:
             900 * k,
             14,
         ),
-        Scenario("lone", "one user at 60 req/min", [Source("solo", 60, **CHAT)], 600 * k, 15),
+        Scenario("lone", "one user at 60 req/min", [Source("solo", 60)], 600 * k, 15),
         Scenario(
             "two models",
             "one user floods model big; one user at 8 req/min on model small (own backend)",
-            [Source("heavy", 50, model="big", **CHAT), Source("small", 8, model="small", **CHAT)],
+            [Source("heavy", 50, model="big"), Source("small", 8, model="small")],
             600 * k,
             16,
             cluster=TWO_MODELS,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
+from typing import cast
 
 from bench.fairness.policies import Policy
 from bench.fairness.workload import Backend, Cluster, Request
@@ -121,7 +122,7 @@ def simulate(policy: Policy, trace: list[Request], cluster: Cluster, duration: f
                 policy.remove(obj)
                 note_waiting(obj.user, now, -1)
         else:  # a chunk was produced at `now`
-            req, left = obj  # type: ignore[misc]
+            req, left = cast(tuple[Request, int], obj)
             n = min(CHUNK_TOKENS, left)
             if n:
                 rec.service.append((now, req.user, COSTS.of(0, n), n))

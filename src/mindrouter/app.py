@@ -1,4 +1,4 @@
-"""Composition root: builds the catalog, the backend adapters and the pipeline; mounts the routes."""
+"""Composition root: builds the catalog, the adapters and the pipeline, and mounts the routes."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from starlette.responses import Response
 from mindrouter.backends import build_adapter
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
+from mindrouter.http.anthropic_routes import anthropic_routes
 from mindrouter.http.common import json_response, new_context
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
+from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.gateway import Gateway
@@ -56,10 +58,27 @@ def build_catalog(settings: Settings) -> Catalog:
 def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdapter]:
     adapters: dict[str, EngineAdapter] = {}
     for b in settings.backends:
+        # Ollama loads a model with the context window it is asked for; send the configured one.
+        contexts = {
+            upstream: catalog.resolve(model).context_length
+            for model, upstream in catalog_serves(catalog, b.name).items()
+        }
         adapters[b.name] = build_adapter(
-            b.engine, b.url, timeouts=settings.timeouts, api_key=b.api_key, name=b.name
+            b.engine,
+            b.url,
+            timeouts=settings.timeouts,
+            api_key=b.api_key,
+            name=b.name,
+            context_lengths=contexts,
         )
     return adapters
+
+
+def catalog_serves(catalog: Catalog, backend: str) -> dict[str, str]:
+    for b in catalog.backends:
+        if b.name == backend:
+            return b.serves
+    return {}
 
 
 def _error_handlers(app: FastAPI) -> None:
@@ -115,4 +134,6 @@ def build_app(settings: Settings) -> FastAPI:
 
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.router.routes.extend(openai_routes(gateway, settings))
+    app.router.routes.extend(anthropic_routes(gateway, settings))
+    app.router.routes.extend(ollama_routes(gateway, settings))
     return app

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 from mindrouter.settings import ConfigError
@@ -22,10 +23,8 @@ def _serve(ns: argparse.Namespace) -> int:
     configure_logging(settings.log_level)
     server = InLoopServer(build_app(settings), host=host, port=port)
     print(f"MindRouter listening on {server.url}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(server.serve_forever())
-    except KeyboardInterrupt:
-        pass
     return 0
 
 

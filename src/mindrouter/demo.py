@@ -123,7 +123,9 @@ def demo_settings(vllm_url: str, ollama_url: str, host: str, port: int) -> Setti
 
 def curl_line(base_url: str) -> str:
     body = (
-        '{"model":"' + CHAT_MODEL + '","messages":[{"role":"user","content":"Hello, who are you?"}]}'
+        '{"model":"'
+        + CHAT_MODEL
+        + '","messages":[{"role":"user","content":"Hello, who are you?"}]}'
     )
     return (
         f"curl -s {base_url}/v1/chat/completions -H 'Content-Type: application/json' "

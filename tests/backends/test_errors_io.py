@@ -203,9 +203,15 @@ async def test_stream_ending_before_the_answer_is_finished(
         await call(make_adapter(kind), stream=True)
 
 
+async def test_answer_without_choices(engine: FakeEngine, make_adapter: Make) -> None:
+    engine.json("/v1/chat/completions", {"choices": [], "usage": {"prompt_tokens": 1}})
+    with pytest.raises(UpstreamUnavailable, match="no choices"):
+        await make_adapter("vllm").chat(chat())
+
+
 async def test_non_json_success_body(engine: FakeEngine, make_adapter: Make) -> None:
     engine.raw("/api/chat", b"<html>proxy page</html>", 200)
-    with pytest.raises(UpstreamUnavailable, match="not JSON"):
+    with pytest.raises(UpstreamUnavailable, match="not a JSON object"):
         await make_adapter("ollama").chat(chat())
 
 

@@ -80,14 +80,14 @@ class Sim:
                     self.dropped.add(waiting.id)
         for model in self.slots:
             while self.slots[model] > 0:
-                job = self.queue.pick(model, self.now)
-                if job is None:
+                picked = self.queue.pick(model, self.now)
+                if picked is None:
                     break
-                self.queue.on_dispatch(job, self.now)
-                self.started[job.id] = self.now
+                self.queue.on_dispatch(picked, self.now)
+                self.started[picked.id] = self.now
                 self.slots[model] -= 1
-                self.running.append(Running(job, self.output[job.id]))
-                self.log.append((self.now, job.user, float(job.est_prompt_tokens)))
+                self.running.append(Running(picked, self.output[picked.id]))
+                self.log.append((self.now, picked.user, float(picked.est_prompt_tokens)))
         self.busy_steps += len(self.running)
         self.steps += 1
 
@@ -126,13 +126,15 @@ def job(
     )
 
 
-def keep_backlogged(sim: Sim, users: dict[str, float], depth: int = 3, **kw: int) -> Arrivals:
+def keep_backlogged(
+    sim: Sim, users: dict[str, float], depth: int = 3, *, model: str = "m", output: int = 200
+) -> Arrivals:
     """Arrivals that keep each user (name -> weight) with `depth` jobs waiting at all times."""
 
     def arrivals(now: float) -> list[Job]:
         waiting = {u: len(js) for u, js in sim.queue.by_user().items()}
         return [
-            job(u, now, weight=w, **kw)
+            job(u, now, weight=w, model=model, output=output)
             for u, w in users.items()
             for _ in range(depth - waiting.get(u, 0))
         ]

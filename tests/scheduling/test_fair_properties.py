@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mindrouter.scheduling import FairPolicy
+from mindrouter.scheduling import FairPolicy, Job
+
 from .sim import Sim, job, keep_backlogged
 
 
@@ -41,7 +42,7 @@ def test_a_returning_user_cannot_cash_in_idle_time() -> None:
     stayers = keep_backlogged(sim, {"a": 1.0, "b": 1.0, "c": 1.0})
     returner = keep_backlogged(sim, {"r": 1.0})
 
-    def arrivals(now: float) -> list:  # type: ignore[type-arg]
+    def arrivals(now: float) -> list[Job]:
         away = 600 <= now < 1200  # ten minutes idle: sends nothing
         return stayers(now) + ([] if away else returner(now))
 
@@ -60,7 +61,7 @@ def test_a_light_user_takes_the_next_free_slot_under_a_flood() -> None:
     flood = keep_backlogged(sim, {"heavy": 1.0}, depth=20)
     light = [job("light", t) for t in (300.0, 420.0, 540.0)]
 
-    def arrivals(now: float) -> list:  # type: ignore[type-arg]
+    def arrivals(now: float) -> list[Job]:
         return flood(now) + [j for j in light if now - 0.25 < j.enqueued_at <= now]
 
     sim.run(600, arrivals)
@@ -90,7 +91,7 @@ def test_no_starvation_under_a_stream_of_newcomers() -> None:
     old = keep_backlogged(sim, {"old": 1.0}, depth=1)
     newcomers = iter(range(10**6))
 
-    def arrivals(now: float) -> list:  # type: ignore[type-arg]
+    def arrivals(now: float) -> list[Job]:
         fresh = [job(f"new{next(newcomers)}", now)] if now % 1.0 == 0 else []
         return old(now) + fresh
 
@@ -113,10 +114,10 @@ def test_every_job_is_eventually_served() -> None:
 
 def test_one_models_backlog_does_not_hold_up_another_model() -> None:
     sim = Sim({"big": 2, "small": 2})
-    flood = keep_backlogged(sim, {"heavy": 1.0}, depth=30, model="big")  # type: ignore[arg-type]
+    flood = keep_backlogged(sim, {"heavy": 1.0}, depth=30, model="big")
     small = [job("s", t, model="small") for t in (100.0, 200.0, 300.0)]
 
-    def arrivals(now: float) -> list:  # type: ignore[type-arg]
+    def arrivals(now: float) -> list[Job]:
         return flood(now) + [j for j in small if now - 0.25 < j.enqueued_at <= now]
 
     sim.run(400, arrivals)

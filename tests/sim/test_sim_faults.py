@@ -49,7 +49,7 @@ def test_hang_until_the_client_gives_up(any_engine: Sim) -> None:
     any_engine.config.hang_rate = 1.0
     path, body = chat_request(any_engine)
     with httpx.Client(base_url=any_engine.url) as client, pytest.raises(httpx.ReadTimeout):
-        client.post(path, json=body, timeout=0.2)
+        client.post(path, json=body, timeout=0.1)
     record = any_engine.last_record()
     any_engine.wait_for(lambda: record.cancelled_at is not None)
     assert record.fault == "hang" and record.status is None

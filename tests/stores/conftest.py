@@ -31,7 +31,9 @@ from mindrouter.stores.sql.engine import create_engine
 from mindrouter.stores.sql.migrate import upgrade
 
 ENGINES = ("sqlite", "postgresql", "mariadb")
-POSTGRES = make_url(os.environ.get("MINDROUTER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432"))
+POSTGRES = make_url(
+    os.environ.get("MINDROUTER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+)
 MARIADB = make_url(os.environ.get("MINDROUTER_TEST_MARIADB", "mysql://root@127.0.0.1:3306"))
 
 # Cheap Argon2 so that tests creating many keys stay fast; production keeps the defaults.
@@ -101,8 +103,11 @@ async def create_database(engine: str, tmp: Path) -> str:
             await conn.execute(f'CREATE DATABASE "{name}"')
         finally:
             await conn.close()
-        return str(POSTGRES.set(drivername="postgresql+asyncpg", database=name)
-                   .render_as_string(hide_password=False))
+        return str(
+            POSTGRES.set(drivername="postgresql+asyncpg", database=name).render_as_string(
+                hide_password=False
+            )
+        )
     conn = await _mariadb_admin()
     try:
         async with conn.cursor() as cur:
@@ -147,26 +152,35 @@ async def _create_migrated(engine: str, tmp: Path) -> str:
     return url
 
 
+class SessionDatabases:
+    """One migrated database per engine, created when a test first asks for that engine."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.urls: dict[str, str] = {}
+
+    def url(self, engine: str) -> str:
+        if engine not in self.urls:
+            self.urls[engine] = run_in_thread(_create_migrated(engine, self.tmp))
+        return self.urls[engine]
+
+    def drop_all(self) -> None:
+        for url in self.urls.values():
+            run_in_thread(drop_database(url))
+
+
 @pytest.fixture(scope="session")
-def migrated_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Per engine, created lazily: a migrated database shared by the session's tests."""
-    tmp = tmp_path_factory.mktemp("databases")
-    urls: dict[str, str] = {}
-
-    class Lazy(dict[str, str]):
-        def __missing__(self, engine: str) -> str:
-            urls[engine] = run_in_thread(_create_migrated(engine, tmp))
-            self[engine] = urls[engine]
-            return urls[engine]
-
-    yield Lazy()
-    for url in urls.values():
-        run_in_thread(drop_database(url))
+def session_databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionDatabases]:
+    databases = SessionDatabases(tmp_path_factory.mktemp("databases"))
+    try:
+        yield databases
+    finally:
+        databases.drop_all()
 
 
 @pytest.fixture(params=ENGINES)
-def db_url(request: pytest.FixtureRequest, migrated_urls: dict[str, str]) -> str:
-    return migrated_urls[request.param]
+def db_url(request: pytest.FixtureRequest, session_databases: SessionDatabases) -> str:
+    return session_databases.url(request.param)
 
 
 @pytest.fixture

@@ -58,7 +58,12 @@ async def test_a_valid_key_resolves_to_its_principal(stores: SqlStores) -> None:
     auth = Authenticator(stores.keys, hasher=FAST_HASHER)
     for headers in (bearer(key), {"X-API-Key": key}, {"x-api-key": key}):
         p = await auth.authenticate(headers)
-        assert (p.user_name, p.group_name, p.is_admin, p.key_prefix) == (user, group, True, key[:12])
+        assert (p.user_name, p.group_name, p.is_admin, p.key_prefix) == (
+            user,
+            group,
+            True,
+            key[:12],
+        )
         assert (p.scheduler_weight, p.token_budget, p.rpm, p.max_concurrent) == (2.0, 5000, 10, 3)
 
 

@@ -37,7 +37,7 @@ async def test_migrate_an_empty_database_to_exactly_the_schema(engine: str, fres
         state = await schema_state(db)
         assert state.current is None and not state.migrated
         assert not await is_migrated(db)
-        with pytest.raises(DatabaseNotMigrated, match="mindrouter migrate --config cfg.yaml"):
+        with pytest.raises(DatabaseNotMigrated, match=r"mindrouter migrate --config cfg\.yaml"):
             await ensure_migrated(db, "cfg.yaml")
 
         state = await upgrade(db)

@@ -142,4 +142,10 @@ def error_from_exception(exc: BaseException, backend: str, stage: str) -> Upstre
 
 
 def invalid_json(backend: str, stage: str) -> UpstreamUnavailable:
-    return UpstreamUnavailable(f"{backend}: sent a body that is not JSON while {stage}", backend)
+    return UpstreamUnavailable(
+        f"{backend}: sent a body that is not a JSON object while {stage}", backend
+    )
+
+
+def no_choices(backend: str) -> UpstreamUnavailable:
+    return UpstreamUnavailable(f"{backend}: the answer has no choices", backend)

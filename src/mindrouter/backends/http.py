@@ -83,8 +83,8 @@ class Upstream:
             self._session, self._loop = session, loop
         return session
 
-    async def post_json(self, path: str, body: Mapping[str, Any], model: str) -> Any:
-        """POST a JSON body and return the decoded JSON answer; raise on any failure."""
+    async def post_json(self, path: str, body: Mapping[str, Any], model: str) -> dict[str, Any]:
+        """POST a JSON body and return the decoded JSON object; raise on any failure."""
         stage = f"calling {path}"
         try:
             async with self.session().post(self.root + path, data=orjson.dumps(body)) as resp:
@@ -95,9 +95,12 @@ class Upstream:
         if status >= 400:
             raise error_from_status(status, raw, model, self.backend)
         try:
-            return orjson.loads(raw)
+            data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise invalid_json(self.backend, stage) from exc
+        if not isinstance(data, dict):
+            raise invalid_json(self.backend, stage)
+        return data
 
     def stream(self, path: str, body: Mapping[str, Any], model: str) -> UpstreamStream:
         """`async with upstream.stream(...) as s:` then read lines or events from `s`."""

@@ -39,10 +39,10 @@ class LlamaCppAdapter(OpenAICompatAdapter):
         except UpstreamRejected as exc:
             raise_unless_missing(exc)
             return None
-        prompt = rendered.get("prompt") if isinstance(rendered, dict) else None
+        prompt = rendered.get("prompt")
         if not isinstance(prompt, str):
             return None
         body = {"content": prompt, "add_special": True}
         data = await self.http.post_json("/tokenize", body, req.model)
-        tokens = data.get("tokens") if isinstance(data, dict) else None
+        tokens = data.get("tokens")
         return len(tokens) if isinstance(tokens, list) else None

@@ -3,8 +3,8 @@
 Configured URL: the server root (`http://host:11434`), with or without a trailing `/api`.
 
 Context length: Ollama loads a model with `options.num_ctx`, and a different value reloads it.
-So the size is a per-model setting, not a per-request one: the adapter keeps
-`context_lengths` (model name → tokens, from the gateway's model configuration; the composition
+So the size is a per-model setting, not a per-request one: the adapter keeps `context_lengths`
+(model name as sent to Ollama → tokens, from the gateway's model configuration; the composition
 root may update it as models are discovered) and sends `num_ctx` for the models listed there.
 Models not listed run with the server's default.
 
@@ -16,7 +16,6 @@ silently dropping an explicit reasoning request would change what the client ask
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from mindrouter.backends.base import Engine, Timeouts
 from mindrouter.backends.http import DEFAULT_TIMEOUTS, StreamEvents, Upstream
@@ -140,7 +139,7 @@ class OllamaAdapter:
             )
 
     async def embed(self, req: EmbeddingRequest) -> EmbeddingResult:
-        data: Any = await self.http.post_json("/api/embed", encode_embed(req), req.model)
+        data = await self.http.post_json("/api/embed", encode_embed(req), req.model)
         return decode_embed(data, req.model, lambda: estimate_embedding_input(req))
 
     async def count_chat_tokens(self, req: ChatRequest) -> int | None:

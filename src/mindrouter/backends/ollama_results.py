@@ -50,8 +50,9 @@ class OllamaDecoder:
         """Decode one object; True when it was the last one (`done: true`)."""
         if not isinstance(obj, dict):
             return False
-        if "error" in obj:
-            raise error_from_stream_payload(obj["error"], self.backend)
+        error = obj.get("error")
+        if error is not None:
+            raise error_from_stream_payload(error, self.backend)
         if self.generate:
             thinking, text, calls = obj.get("thinking"), obj.get("response"), None
         else:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from mindrouter.backends.base import Engine, Timeouts
+from mindrouter.backends.failures import no_choices
 from mindrouter.backends.http import DEFAULT_TIMEOUTS, StreamEvents, Upstream, load_stream_json
 from mindrouter.backends.openai_results import decode_embeddings, decode_result
 from mindrouter.backends.openai_stream import ChatStreamDecoder
@@ -73,6 +74,8 @@ class OpenAICompatAdapter:
     async def chat(self, req: ChatRequest) -> ChatResult:
         body = encode_chat(req, self.flavor, stream=False)
         data = await self.http.post_json(self.api + "/chat/completions", body, req.model)
+        if not data.get("choices"):
+            raise no_choices(self.name)
         return decode_result(
             data,
             req.model,
@@ -90,6 +93,8 @@ class OpenAICompatAdapter:
     async def complete(self, req: CompletionRequest) -> ChatResult:
         body = encode_completion(req, self.flavor, stream=False)
         data = await self.http.post_json(self.api + "/completions", body, req.model)
+        if not data.get("choices"):
+            raise no_choices(self.name)
         return decode_result(
             data, req.model, lambda: estimate_completion_input(req), completion=True
         )

@@ -21,6 +21,7 @@ from mindrouter.backends.openai_results import (
     map_finish,
     mint_call_id,
     read_usage,
+    usage_from_openai,
 )
 from mindrouter.canonical import (
     Finish,
@@ -53,6 +54,7 @@ class ChatStreamDecoder:
         self.keep_reasoning = keep_reasoning
         self.out: list[StreamEvent] = []
         self.usage: Usage | None = None
+        self._reported = False
         # Everything generated, kept only to estimate usage if the engine reports none.
         self._generated: list[str] = []
         self._open: dict[int, dict[int, _Call]] = {}
@@ -63,9 +65,15 @@ class ChatStreamDecoder:
     def feed(self, chunk: Any) -> None:
         if not isinstance(chunk, dict):
             return
-        if "error" in chunk:
-            raise error_from_stream_payload(chunk["error"], self.backend)
-        if chunk.get("usage") is not None or "timings" in chunk:
+        error = chunk.get("error")
+        if error is not None:
+            raise error_from_stream_payload(error, self.backend)
+        usage = chunk.get("usage")
+        if usage is not None:
+            self.usage = usage_from_openai(usage)
+            self._reported = True
+        elif not self._reported and "timings" in chunk:
+            # llama.cpp's timings stand in until (unless) a proper usage object arrives.
             self.usage = read_usage(chunk) or self.usage
         for c in chunk.get("choices") or ():
             idx = c.get("index", 0)

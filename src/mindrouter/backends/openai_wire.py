@@ -83,10 +83,9 @@ GENERIC = Flavor(
 
 def encode_content(parts: list[TextPart | ImagePart]) -> str | list[Json]:
     """A plain string when the content is text only; otherwise the list of parts."""
-    if all(isinstance(p, TextPart) for p in parts):
-        if len(parts) == 1:
-            return parts[0].text  # type: ignore[union-attr]
-        return "".join(p.text for p in parts)  # type: ignore[union-attr]
+    texts = [p.text for p in parts if isinstance(p, TextPart)]
+    if len(texts) == len(parts):
+        return texts[0] if len(texts) == 1 else "".join(texts)
     out: list[Json] = []
     for p in parts:
         if isinstance(p, TextPart):

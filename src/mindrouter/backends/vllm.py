@@ -37,8 +37,8 @@ class VLLMAdapter(OpenAICompatAdapter):
         except UpstreamRejected as exc:
             raise_unless_missing(exc)
             return None
-        count = data.get("count") if isinstance(data, dict) else None
+        count = data.get("count")
         if isinstance(count, int):
             return count
-        tokens = data.get("tokens") if isinstance(data, dict) else None
+        tokens = data.get("tokens")
         return len(tokens) if isinstance(tokens, list) else None

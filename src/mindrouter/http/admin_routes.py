@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 
+from mindrouter.backends.base import Engine
 from mindrouter.errors import Forbidden, InvalidRequest, MindRouterError
 from mindrouter.http.errors import error_response, request_id_of
 from mindrouter.identity.authenticate import Authenticator
@@ -39,7 +40,6 @@ from mindrouter.stores.records import (
 )
 from mindrouter.stores.sql.bundle import SqlStores
 
-Engine = Literal["vllm", "ollama", "llamacpp", "openai"]
 Capability = Literal["chat", "vision", "embedding", "tools", "thinking"]
 
 
@@ -67,7 +67,7 @@ class Overrides(_Body):
 
 
 class GroupPatch(Overrides):
-    """Only the fields sent change (a null is ignored: a group's limits are never empty)."""
+    """Only the fields sent change; a group's limits cannot be null."""
 
     name: str | None = Field(None, min_length=1, max_length=100)
 
@@ -216,9 +216,8 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
 
     @router.patch("/groups/{name}")
     async def update_group(name: str, body: GroupPatch) -> Group:
-        sent = body.model_dump(exclude_unset=True).items()
-        changes = {k: v for k, v in sent if v is not None}
-        group = await directory.update_group(name, cast(GroupChanges, changes))
+        changes = cast(GroupChanges, body.model_dump(exclude_unset=True))
+        group = await directory.update_group(name, changes)
         changed()
         return group
 

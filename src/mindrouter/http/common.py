@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Protocol
 
 import orjson
@@ -16,7 +16,8 @@ from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
 
 
 class StreamEncoder(Protocol):
-    content_type: str
+    @property
+    def content_type(self) -> str: ...
 
     def start(self) -> bytes: ...
 
@@ -63,7 +64,7 @@ def json_response(body: Any, ctx: RequestContext, status: int = 200) -> Response
 
 
 async def _encode_stream(
-    encoder: StreamEncoder, events: AsyncIterator[StreamEvent]
+    encoder: StreamEncoder, events: AsyncGenerator[StreamEvent, None]
 ) -> AsyncIterator[bytes]:
     try:
         head = encoder.start()
@@ -74,12 +75,12 @@ async def _encode_stream(
             if out:
                 yield out
     finally:
-        await events.aclose()  # type: ignore[attr-defined]
+        await events.aclose()
 
 
 def stream_response(
     encoder: StreamEncoder,
-    events: AsyncIterator[StreamEvent],
+    events: AsyncGenerator[StreamEvent, None],
     ctx: RequestContext,
     extra_headers: dict[str, str] | None = None,
 ) -> StreamingResponse:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -12,8 +11,6 @@ from mindrouter.errors import ModelNotFound
 from mindrouter.http.common import json_response, new_context, read_json, stream_response
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.settings import Settings
-
-Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
@@ -73,7 +70,8 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
         req, encoding = dialect.decode_embedding_request(body)
         result = await gateway.embed(ctx, req)
         return json_response(
-            dialect.encode_embedding_response(result, model=req.model, encoding_format=encoding), ctx
+            dialect.encode_embedding_response(result, model=req.model, encoding_format=encoding),
+            ctx,
         )
 
     async def list_models(request: Request) -> Response:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TypeVar
 
 from mindrouter.backends.base import EngineAdapter
@@ -37,6 +37,7 @@ from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.routing.catalog import BackendState, Catalog, ModelSpec, check_modality
 from mindrouter.routing.select import rank_backends
+from mindrouter.tokens import estimate_chat_input
 
 R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest)
 T = TypeVar("T")
@@ -65,15 +66,30 @@ class Gateway:
 
     async def open_chat_stream(
         self, ctx: RequestContext, req: ChatRequest
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         """Connects and waits for the first event, so that failures before any byte reached the
         client can still become an HTTP error status (or a retry elsewhere)."""
         return await self._open_stream(ctx, req, lambda a, r: a.chat_stream(r))
 
     async def open_complete_stream(
         self, ctx: RequestContext, req: CompletionRequest
-    ) -> AsyncIterator[StreamEvent]:
+    ) -> AsyncGenerator[StreamEvent, None]:
         return await self._open_stream(ctx, req, lambda a, r: a.complete_stream(r))
+
+    async def count_tokens(self, ctx: RequestContext, req: ChatRequest) -> int:
+        """Input tokens of a chat request: a backend's own tokenizer where one is reachable,
+        otherwise the gateway's estimate."""
+        spec = self.resolve(req)
+        for backend, upstream in rank_backends(self.catalog.serving(spec.name)):
+            adapter = self.adapters[backend.name]
+            try:
+                count = await adapter.count_chat_tokens(dataclasses.replace(req, model=upstream))
+            except UpstreamError as exc:
+                log.warning("tokenizer call failed", backend=backend.name, error=exc.message)
+                continue
+            if count is not None:
+                return count
+        return estimate_chat_input(req)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -109,6 +125,7 @@ class Gateway:
                 continue
             finally:
                 backend.in_flight -= 1
+            self.catalog.mark_used(spec.name, time.monotonic())
             if isinstance(result, (ChatResult, EmbeddingResult)):
                 result.model = req.model
             self._log_done(ctx, req.model, "ok", getattr(result, "usage", None))
@@ -121,8 +138,8 @@ class Gateway:
         self,
         ctx: RequestContext,
         req: R,
-        opener: Callable[[EngineAdapter, R], AsyncIterator[StreamEvent]],
-    ) -> AsyncIterator[StreamEvent]:
+        opener: Callable[[EngineAdapter, R], AsyncGenerator[StreamEvent, None]],
+    ) -> AsyncGenerator[StreamEvent, None]:
         spec = self.resolve(req)
         last: MindRouterError | None = None
         for backend, upstream in self._plan(spec):
@@ -136,15 +153,16 @@ class Gateway:
                 first_error: BaseException = UpstreamUnavailable("the backend sent an empty stream")
             except UpstreamRejected:
                 backend.in_flight -= 1
-                await events.aclose()  # type: ignore[attr-defined]
+                await events.aclose()
                 raise
             except BaseException as exc:
                 first_error = exc
             else:
                 ctx.first_token_at = time.monotonic()
+                self.catalog.mark_used(spec.name, ctx.first_token_at)
                 return self._relay(ctx, req.model, backend, first, events)
             backend.in_flight -= 1
-            await events.aclose()  # type: ignore[attr-defined]
+            await events.aclose()
             if not isinstance(first_error, UpstreamError):
                 raise first_error
             last = first_error
@@ -159,8 +177,8 @@ class Gateway:
         model: str,
         backend: BackendState,
         first: StreamEvent,
-        events: AsyncIterator[StreamEvent],
-    ) -> AsyncIterator[StreamEvent]:
+        events: AsyncGenerator[StreamEvent, None],
+    ) -> AsyncGenerator[StreamEvent, None]:
         usage: Usage | None = None
         outcome = "cancelled"
         try:
@@ -179,7 +197,7 @@ class Gateway:
             yield StreamFailed(InternalError(f"the stream failed inside the gateway: {exc}"))
         finally:
             backend.in_flight -= 1
-            await events.aclose()  # type: ignore[attr-defined]
+            await events.aclose()
             self._log_done(ctx, model, outcome, usage)
 
     def _log_done(

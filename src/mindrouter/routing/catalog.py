@@ -50,6 +50,7 @@ class Catalog:
         self.backends = backends
         self._specs: dict[str, ModelSpec] = {}
         self._alias: dict[str, str] = {}
+        self._last_used: dict[str, float] = {}
         for spec in models:
             self._add(spec)
         for b in backends:
@@ -65,9 +66,19 @@ class Catalog:
 
     def resolve(self, name: str) -> ModelSpec:
         canonical = self._alias.get(name)
+        if canonical is None and name.endswith(":latest"):
+            # Ollama clients add the default tag to untagged names.
+            canonical = self._alias.get(name.removesuffix(":latest"))
         if canonical is None:
             raise ModelNotFound(name)
         return self._specs[canonical]
+
+    def mark_used(self, model: str, now: float) -> None:
+        """A backend just served the model, so it is resident in GPU memory somewhere."""
+        self._last_used[model] = now
+
+    def last_used(self, model: str) -> float | None:
+        return self._last_used.get(model)
 
     def models(self) -> list[ModelSpec]:
         """Models that at least one backend serves, in config order."""

@@ -73,6 +73,7 @@ class FairQueue:
     # -- entering and leaving the queue ---------------------------------------------------------
 
     def push(self, job: Job) -> None:
+        """Adds a waiting job. Jobs are pushed as they arrive, `enqueued_at` from one clock."""
         if job.id in self._jobs or job.id in self._flights:
             raise ValueError(f"job {job.id} is already queued or running")
         active = self._active.setdefault(job.model, {})

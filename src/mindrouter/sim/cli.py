@@ -172,6 +172,9 @@ def run_sim(ns: argparse.Namespace) -> int:
     )
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        # uvicorn shuts down cleanly on SIGINT, then re-raises it for the caller to see.
+        pass
     finally:
         sock.close()
     return 0 if server.started else 1

@@ -113,6 +113,7 @@ class GenerationResponse:
         self.state = state
         self.job = job
         self._completing = False
+        self._released = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watcher = asyncio.ensure_future(_wait_disconnect(receive))
@@ -155,11 +156,19 @@ class GenerationResponse:
         try:
             await self._generate(send)
         finally:
-            state.active.pop(record.id, None)
-            state.slots.release()
-            record.finished_at = time.monotonic()
-            if job.on_finish is not None:
-                job.on_finish()
+            self._release()
+
+    def _release(self) -> None:
+        """End the engine's work on this request: free the slot once, on whichever path."""
+        if self._released:
+            return
+        self._released = True
+        state, job = self.state, self.job
+        state.active.pop(job.record.id, None)
+        state.slots.release()
+        job.record.finished_at = time.monotonic()
+        if job.on_finish is not None:
+            job.on_finish()
 
     async def _generate(self, send: Send) -> None:
         state, job = self.state, self.job
@@ -217,11 +226,13 @@ class GenerationResponse:
             state.finished_by_reason[plan.finish] += 1
             if job.stream and not await emit(encoder.end_choice(plan, generated)):
                 return
+        # Generation is over: like an engine, free the slot before the last bytes are written.
+        self._release()
         timing = Timing(
             received_at=record.received_at,
             started_at=record.started_at or first_token_at,
             first_token_at=record.first_token_at or first_token_at,
-            finished_at=time.monotonic(),
+            finished_at=record.finished_at or time.monotonic(),
             prompt_tokens=record.prompt_tokens,
             completion_tokens=generated,
         )

@@ -130,8 +130,7 @@ class AuditWriter:
     def complete(self, uuid: str, outcome: AuditOutcome) -> None:
         """Queues the outcome; written soon after by the drain task, at the latest by close()."""
         self._completions.append(outcome_values(uuid, outcome))
-        if not self._closed:
-            self._kick()
+        self._kick()
 
     async def flush(self) -> None:
         """Waits until everything queued so far has been written (or given up on)."""

@@ -1,7 +1,7 @@
 """Backends and models as database rows, for the admin API and for config sync.
 
-Rows are named by their unique name. Field values are checked where a wrong one would only show
-up later as a confusing routing failure (an unknown engine or capability, a bad URL).
+Rows are named by their unique name. Values are checked (`checks`) where a wrong one would only
+show up later as a confusing routing failure (an unknown engine or capability, a bad URL).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Table, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from mindrouter.errors import InvalidRequest, NotFound
+from mindrouter.errors import NotFound
 from mindrouter.stores.records import (
     Backend,
     BackendChanges,
@@ -19,31 +19,9 @@ from mindrouter.stores.records import (
     Model,
     ModelChanges,
 )
+from mindrouter.stores.sql.checks import check_backend, check_model
 from mindrouter.stores.sql.schema import backends, models
 from mindrouter.stores.sql.transactions import AnyRow, reading, utcnow, writing
-
-ENGINES = ("vllm", "ollama", "llamacpp", "openai")
-CAPABILITIES = ("chat", "vision", "embedding", "tools", "thinking")
-
-
-def check_backend(values: dict[str, Any]) -> None:
-    if "engine" in values and values["engine"] not in ENGINES:
-        raise InvalidRequest(f"engine must be one of {', '.join(ENGINES)}", param="engine")
-    url = values.get("url")
-    if url is not None and not str(url).startswith(("http://", "https://")):
-        raise InvalidRequest("url must be an http(s) URL", param="url")
-    if "max_concurrent" in values and values["max_concurrent"] < 1:
-        raise InvalidRequest("max_concurrent must be at least 1", param="max_concurrent")
-
-
-def check_model(values: dict[str, Any]) -> None:
-    unknown = [c for c in values.get("capabilities", ()) if c not in CAPABILITIES]
-    if unknown:
-        raise InvalidRequest(
-            f"unknown capabilities {unknown}; use {', '.join(CAPABILITIES)}", param="capabilities"
-        )
-    if "context_length" in values and values["context_length"] < 1:
-        raise InvalidRequest("context_length must be positive", param="context_length")
 
 
 def backend_values(changes: BackendChanges | dict[str, Any]) -> dict[str, Any]:

@@ -21,23 +21,10 @@ from mindrouter.stores.records import (
     User,
     UserChanges,
 )
+from mindrouter.stores.sql.checks import check_limits, refuse_nulls
 from mindrouter.stores.sql.epoch import bump_epoch
 from mindrouter.stores.sql.schema import groups, users
 from mindrouter.stores.sql.transactions import AnyRow, reading, utcnow, writing
-
-
-def check_limits(values: dict[str, Any]) -> None:
-    """Rejects impossible limits; None (inherit) passes."""
-    for field in LIMIT_FIELDS:
-        value = values.get(field)
-        if value is None:
-            continue
-        if field == "scheduler_weight" and not value > 0:
-            raise InvalidRequest("scheduler_weight must be positive", param=field)
-        if field == "budget_period_days" and value < 1:
-            raise InvalidRequest("budget_period_days must be at least 1", param=field)
-        if value < 0:
-            raise InvalidRequest(f"{field} must not be negative (0 means unlimited)", param=field)
 
 
 def group_from_row(row: AnyRow) -> Group:
@@ -117,6 +104,7 @@ class SqlDirectory:
 
     async def update_group(self, name: str, changes: GroupChanges) -> Group:
         values: dict[str, Any] = dict(changes)
+        refuse_nulls(values)
         check_limits(values)
         new_name = values.get("name", name)
         async with writing(self.engine, f"a group named {new_name!r} already exists") as conn:
@@ -182,6 +170,7 @@ class SqlDirectory:
 
     async def update_user(self, name: str, changes: UserChanges) -> User:
         values: dict[str, Any] = dict(changes)
+        refuse_nulls(values, nullable=LIMIT_FIELDS)
         check_limits(values)
         new_name = values.get("name", name)
         async with writing(self.engine, f"a user named {new_name!r} already exists") as conn:

@@ -58,6 +58,9 @@ def create_engine(
     pool = pool or PoolSettings()
     options: dict[str, Any] = {
         "echo": echo,
+        # Statement parameters hold message histories and key hashes: keep them out of
+        # exception messages, which end up in logs.
+        "hide_parameters": True,
         "json_serializer": _json_dumps,
         "json_deserializer": orjson.loads,
     }

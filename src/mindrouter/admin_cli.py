@@ -1,0 +1,362 @@
+"""Administration from the command line: migrate, keys, users, groups, backends.
+
+`add_admin_commands(subparsers)` registers the commands on the `mindrouter` parser; each sets
+`run`, a function of the parsed namespace returning the exit code. Every command takes
+`--config FILE` (MINDROUTER_DATABASE_URL overrides its database). Errors go to stderr with a
+non-zero code: 2 for a bad configuration, 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from mindrouter.errors import MindRouterError
+from mindrouter.settings import ConfigError, load_settings
+from mindrouter.stores.records import (
+    BackendChanges,
+    BackendModelRow,
+    GroupChanges,
+    GroupLimits,
+    LimitOverrides,
+    UserChanges,
+)
+from mindrouter.stores.sql import (
+    DatabaseNotMigrated,
+    DatabaseUnavailable,
+    MigrationFailed,
+    SqlStores,
+    apply_config,
+    open_stores,
+)
+from mindrouter.stores.sql.migrate import schema_state, upgrade
+
+Action = Callable[[SqlStores, argparse.Namespace], Awaitable[None]]
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+LIMITS = ("token_budget", "rpm", "max_concurrent", "budget_period_days")
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"mindrouter: {message}", file=sys.stderr)
+    return code
+
+
+def _command(action: Action, *, migrating: bool = False) -> Callable[[argparse.Namespace], int]:
+    def run(ns: argparse.Namespace) -> int:
+        try:
+            settings = load_settings(ns.config)
+        except ConfigError as exc:
+            return _fail(f"configuration error: {exc}", 2)
+        return asyncio.run(_execute(settings.database_url, ns, action, migrating))
+
+    return run
+
+
+async def _execute(url: str, ns: argparse.Namespace, action: Action, migrating: bool) -> int:
+    stores = open_stores(url)
+    try:
+        if not migrating:
+            await stores.ensure_migrated(ns.config)
+        await action(stores, ns)
+    except (DatabaseNotMigrated, DatabaseUnavailable, MigrationFailed) as exc:
+        return _fail(str(exc))
+    except ConfigError as exc:
+        return _fail(f"configuration error: {exc}", 2)
+    except MindRouterError as exc:
+        return _fail(exc.message)
+    finally:
+        await stores.aclose()
+    return 0
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
+    for row in [list(headers), *cells]:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M")
+    return str(value)
+
+
+def _or_inherit(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return None if text == "inherit" else kind(text)
+
+    parse.__name__ = getattr(kind, "__name__", "value")  # argparse names it in its errors
+    return parse
+
+
+def _limits(limits: GroupLimits | LimitOverrides) -> str:
+    shown = {f: getattr(limits, f) for f in ("scheduler_weight", *LIMITS)}
+    return " ".join(f"{f}={v}" for f, v in shown.items() if v is not None) or "-"
+
+
+def _given(ns: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
+    """The fields set on the command line (argparse leaves the others at the sentinel)."""
+    return {f: getattr(ns, f) for f in fields if getattr(ns, f, _UNSET) is not _UNSET}
+
+
+_UNSET: Any = object()
+
+# -- migrate ---------------------------------------------------------------------------------
+
+
+async def _migrate(stores: SqlStores, ns: argparse.Namespace) -> None:
+    before = (await schema_state(stores.engine)).current
+    state = await upgrade(stores.engine)
+    print(f"database at revision {state.current} (was {before or 'empty'})")
+    report = await apply_config(stores, load_settings(ns.config))
+    print(f"config applied: {len(report.created)} created, {len(report.updated)} updated")
+
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+async def _keys_create(stores: SqlStores, ns: argparse.Namespace) -> None:
+    expires = None
+    if ns.expires_days is not None:
+        expires = datetime.now(UTC) + timedelta(days=ns.expires_days)
+    created = await stores.keys.create_key(
+        ns.user, admin=ns.admin, expires_at=expires, name=ns.name
+    )
+    info = created.info
+    kind = "admin key" if info.is_admin else "key"
+    until = f", expires {_cell(info.expires_at)} UTC" if info.expires_at else ""
+    print(f"created {kind} {info.prefix} (id {info.id}) for {info.user}{until}")
+    print("store it now: it is shown only this once")
+    print(created.key)
+
+
+async def _keys_list(stores: SqlStores, ns: argparse.Namespace) -> None:
+    fields = (
+        "id",
+        "prefix",
+        "user",
+        "is_admin",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+    )
+    rows = [[getattr(k, f) for f in fields] for k in await stores.keys.list_keys(ns.user)]
+    _table(("ID", "PREFIX", "USER", "ADMIN", "CREATED", "EXPIRES", "REVOKED", "LAST USED"), rows)
+
+
+async def _keys_revoke(stores: SqlStores, ns: argparse.Namespace) -> None:
+    info = await stores.keys.revoke_key(ns.key)
+    print(f"revoked {info.prefix} (id {info.id}) of {info.user}")
+
+
+# -- users and groups ------------------------------------------------------------------------
+
+
+async def _users_create(stores: SqlStores, ns: argparse.Namespace) -> None:
+    overrides = LimitOverrides(**_given(ns, ("scheduler_weight", *LIMITS)))
+    user = await stores.directory.create_user(
+        ns.name, ns.group, active=not ns.inactive, overrides=overrides
+    )
+    print(f"created user {user.name} in group {user.group}")
+
+
+async def _users_list(stores: SqlStores, ns: argparse.Namespace) -> None:
+    users = await stores.directory.list_users(ns.group)
+    rows = [[u.name, u.group, u.active, _limits(u.overrides)] for u in users]
+    _table(("NAME", "GROUP", "ACTIVE", "OVERRIDES"), rows)
+
+
+async def _users_update(stores: SqlStores, ns: argparse.Namespace) -> None:
+    changes = _given(ns, ("group", "active", "scheduler_weight", *LIMITS))
+    if ns.rename:
+        changes["name"] = ns.rename
+    user = await stores.directory.update_user(ns.name, cast(UserChanges, changes))
+    print(f"updated user {user.name}")
+
+
+async def _users_deactivate(stores: SqlStores, ns: argparse.Namespace) -> None:
+    await stores.directory.update_user(ns.name, {"active": False})
+    print(f"deactivated user {ns.name}: their keys stop working within a second")
+
+
+async def _groups_create(stores: SqlStores, ns: argparse.Namespace) -> None:
+    group = await stores.directory.create_group(
+        ns.name, GroupLimits(**_given(ns, ("scheduler_weight", *LIMITS)))
+    )
+    print(f"created group {group.name}")
+
+
+async def _groups_list(stores: SqlStores, ns: argparse.Namespace) -> None:
+    rows = [[g.name, _limits(g.limits)] for g in await stores.directory.list_groups()]
+    _table(("NAME", "LIMITS (0 = unlimited)"), rows)
+
+
+async def _groups_update(stores: SqlStores, ns: argparse.Namespace) -> None:
+    changes = _given(ns, ("scheduler_weight", *LIMITS))
+    if ns.rename:
+        changes["name"] = ns.rename
+    group = await stores.directory.update_group(ns.name, cast(GroupChanges, changes))
+    print(f"updated group {group.name}")
+
+
+# -- backends --------------------------------------------------------------------------------
+
+
+def _served(specs: list[str] | None) -> list[BackendModelRow] | None:
+    if specs is None:
+        return None
+    return [BackendModelRow(*s.split("=", 1)) if "=" in s else BackendModelRow(s, s) for s in specs]
+
+
+async def _backends_list(stores: SqlStores, ns: argparse.Namespace) -> None:
+    rows = [
+        [
+            *(
+                getattr(b, f)
+                for f in ("name", "engine", "url", "gpu", "max_concurrent", "priority")
+            ),
+            b.enabled,
+            "(discovered)" if b.models is None else ",".join(m.name for m in b.models),
+        ]
+        for b in await stores.catalog.list_backends()
+    ]
+    _table(("NAME", "ENGINE", "URL", "GPU", "SLOTS", "PRIORITY", "ENABLED", "MODELS"), rows)
+
+
+async def _backends_create(stores: SqlStores, ns: argparse.Namespace) -> None:
+    fields = _given(ns, ("gpu", "max_concurrent", "priority"))
+    backend = await stores.catalog.create_backend(
+        ns.name, ns.engine, ns.url, models=_served(ns.model), **fields
+    )
+    print(f"created backend {backend.name}")
+
+
+async def _backends_update(stores: SqlStores, ns: argparse.Namespace) -> None:
+    changes = _given(ns, ("engine", "url", "gpu", "max_concurrent", "priority", "enabled"))
+    if ns.model is not None:
+        changes["models"] = _served(ns.model)
+    await stores.catalog.update_backend(ns.name, cast(BackendChanges, changes))
+    print(f"updated backend {ns.name}")
+
+
+async def _backends_delete(stores: SqlStores, ns: argparse.Namespace) -> None:
+    await stores.catalog.delete_backend(ns.name)
+    print(f"deleted backend {ns.name}")
+
+
+# -- the parser ------------------------------------------------------------------------------
+
+
+def _config(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--config", required=True, metavar="FILE", help="YAML configuration")
+    return parser
+
+
+def _limit_flags(parser: argparse.ArgumentParser, *, inherit: bool) -> None:
+    hint = "'inherit': back to the group's value" if inherit else None
+    for field in ("scheduler_weight", *LIMITS):
+        kind: Callable[[str], Any] = float if field == "scheduler_weight" else int
+        flag = "--weight" if field == "scheduler_weight" else "--" + field.replace("_", "-")
+        parser.add_argument(
+            flag, dest=field, type=_or_inherit(kind) if inherit else kind, default=_UNSET, help=hint
+        )
+
+
+def _verbs(sub: Subparsers, noun: str, help_text: str) -> Subparsers:
+    parser = sub.add_parser(noun, help=help_text)
+    return parser.add_subparsers(dest=f"{noun}_verb", required=True, metavar="VERB")
+
+
+def _add(verbs: Subparsers, verb: str, action: Action, help_text: str) -> argparse.ArgumentParser:
+    parser = _config(verbs.add_parser(verb, help=help_text))
+    parser.set_defaults(run=_command(action))
+    return parser
+
+
+def add_admin_commands(sub: Subparsers) -> None:
+    """Registers migrate, keys, users, groups and backends on the `mindrouter` subparsers."""
+    migrate = _config(
+        sub.add_parser(
+            "migrate", help="apply the database migrations, then the config's groups/users/backends"
+        )
+    )
+    migrate.set_defaults(run=_command(_migrate, migrating=True))
+
+    keys = _verbs(sub, "keys", "API keys")
+    p = _add(keys, "create", _keys_create, "create a key; the key is the last line printed")
+    p.add_argument("--user", required=True)
+    p.add_argument("--admin", action="store_true", help="a key for the admin API")
+    p.add_argument("--expires-days", type=int, metavar="N")
+    p.add_argument("--name", help="a label for the key")
+    _add(keys, "list", _keys_list, "list keys (never their secrets)").add_argument("--user")
+    _add(keys, "revoke", _keys_revoke, "revoke a key").add_argument(
+        "key", metavar="KEY", help="the full key, its prefix (mr2_ + 8 characters) or its id"
+    )
+
+    users = _verbs(sub, "users", "users")
+    p = _add(users, "create", _users_create, "create a user")
+    p.add_argument("name")
+    p.add_argument("--group", required=True)
+    p.add_argument("--inactive", action="store_true")
+    _limit_flags(p, inherit=True)
+    _add(users, "list", _users_list, "list users").add_argument("--group")
+    p = _add(users, "update", _users_update, "change a user's group, state or limits")
+    p.add_argument("name")
+    p.add_argument("--group", default=_UNSET)
+    p.add_argument("--rename", metavar="NEW_NAME")
+    state = p.add_mutually_exclusive_group()
+    state.add_argument("--active", dest="active", action="store_const", const=True, default=_UNSET)
+    state.add_argument("--inactive", dest="active", action="store_const", const=False)
+    _limit_flags(p, inherit=True)
+    _add(users, "deactivate", _users_deactivate, "stop a user's keys working").add_argument("name")
+
+    groups = _verbs(sub, "groups", "groups")
+    p = _add(groups, "create", _groups_create, "create a group")
+    p.add_argument("name")
+    _limit_flags(p, inherit=False)
+    _add(groups, "list", _groups_list, "list groups")
+    p = _add(groups, "update", _groups_update, "change a group's limits")
+    p.add_argument("name")
+    p.add_argument("--rename", metavar="NEW_NAME")
+    _limit_flags(p, inherit=False)
+
+    backends = _verbs(sub, "backends", "backends")
+    _add(backends, "list", _backends_list, "list backends")
+    for verb, action in (("create", _backends_create), ("update", _backends_update)):
+        p = _add(backends, verb, action, f"{verb} a backend")
+        p.add_argument("name")
+        creating = verb == "create"
+        p.add_argument(
+            "--engine",
+            required=creating,
+            default=None if creating else _UNSET,
+            choices=("vllm", "ollama", "llamacpp", "openai"),
+        )
+        p.add_argument("--url", required=creating, default=None if creating else _UNSET)
+        p.add_argument("--gpu", default=_UNSET)
+        p.add_argument("--max-concurrent", type=int, default=_UNSET)
+        p.add_argument("--priority", type=int, default=_UNSET)
+        p.add_argument(
+            "--model",
+            action="append",
+            metavar="NAME[=UPSTREAM]",
+            help="a model it serves (repeatable); none: discovered",
+        )
+        if not creating:
+            on = p.add_mutually_exclusive_group()
+            on.add_argument(
+                "--enable", dest="enabled", action="store_const", const=True, default=_UNSET
+            )
+            on.add_argument("--disable", dest="enabled", action="store_const", const=False)
+    _add(backends, "delete", _backends_delete, "delete a backend").add_argument("name")

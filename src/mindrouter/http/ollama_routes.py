@@ -1,0 +1,164 @@
+"""Ollama-format entry points under /api: chat, generate, embed(dings), tags, ps, show, version."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from mindrouter import __version__
+from mindrouter.canonical import ChatRequest
+from mindrouter.dialects import ollama as dialect
+from mindrouter.http.common import (
+    StreamEncoder,
+    json_response,
+    new_context,
+    read_json,
+    stream_response,
+)
+from mindrouter.pipeline.context import RequestContext
+from mindrouter.pipeline.gateway import Gateway
+from mindrouter.routing.catalog import ModelSpec
+from mindrouter.settings import Settings
+
+# How long a model counts as loaded after its last use, like Ollama's default keep_alive.
+KEEP_ALIVE_S = 300.0
+
+
+def _now_iso() -> str:
+    return dialect.format_rfc3339(time.time())
+
+
+def _timings(ctx: RequestContext) -> dialect.Timings:
+    return dialect.Timings.from_marks(
+        start=ctx.received_at, first_token=ctx.first_token_at, end=time.monotonic()
+    )
+
+
+def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
+    limit = settings.max_body_bytes
+
+    def view(spec: ModelSpec, now: float) -> dialect.ModelView:
+        last = gateway.catalog.last_used(spec.name)
+        loaded = last is not None and now - last < KEEP_ALIVE_S
+        return dialect.ModelView(
+            name=spec.name,
+            context_length=spec.context_length,
+            modified_at=_now_iso(),
+            capabilities=sorted(spec.capabilities),
+            expires_at=dialect.format_rfc3339(time.time() + KEEP_ALIVE_S - (now - last))
+            if loaded and last is not None
+            else None,
+            loaded=loaded,
+        )
+
+    def streamer(ctx: RequestContext, model: str, generate: bool) -> StreamEncoder:
+        cls = dialect.GenerateStreamEncoder if generate else dialect.ChatStreamEncoder
+        return cls(model=model, clock=time.monotonic, started_at=ctx.received_at, now_iso=_now_iso)
+
+    async def chat(request: Request) -> Response:
+        ctx = new_context(request, "ollama")
+        body = await read_json(request, limit)
+        action = dialect.chat_load_action(body)
+        if action is not None:
+            req = dialect.decode_chat_request(body)
+            gateway.catalog.resolve(req.model)
+            return json_response(
+                dialect.encode_chat_load_response(action, model=req.model, created_at=_now_iso()),
+                ctx,
+            )
+        req = dialect.decode_chat_request(body)
+        if req.stream:
+            events = await gateway.open_chat_stream(ctx, req)
+            return stream_response(streamer(ctx, req.model, False), events, ctx)
+        result = await gateway.chat(ctx, req)
+        return json_response(
+            dialect.encode_chat_response(
+                result, model=req.model, created_at=_now_iso(), timings=_timings(ctx)
+            ),
+            ctx,
+        )
+
+    async def generate(request: Request) -> Response:
+        ctx = new_context(request, "ollama")
+        body = await read_json(request, limit)
+        action = dialect.generate_load_action(body)
+        req = dialect.decode_generate_request(body)
+        if action is not None:
+            gateway.catalog.resolve(req.model)
+            return json_response(
+                dialect.encode_generate_load_response(
+                    action, model=req.model, created_at=_now_iso()
+                ),
+                ctx,
+            )
+        if req.stream:
+            if isinstance(req, ChatRequest):
+                events = await gateway.open_chat_stream(ctx, req)
+            else:
+                events = await gateway.open_complete_stream(ctx, req)
+            return stream_response(streamer(ctx, req.model, True), events, ctx)
+        if isinstance(req, ChatRequest):
+            result = await gateway.chat(ctx, req)
+        else:
+            result = await gateway.complete(ctx, req)
+        return json_response(
+            dialect.encode_generate_response(
+                result, model=req.model, created_at=_now_iso(), timings=_timings(ctx)
+            ),
+            ctx,
+        )
+
+    async def embed(request: Request) -> Response:
+        ctx = new_context(request, "ollama")
+        req = dialect.decode_embed_request(await read_json(request, limit))
+        result = await gateway.embed(ctx, req)
+        return json_response(
+            dialect.encode_embed_response(result, model=req.model, timings=_timings(ctx)), ctx
+        )
+
+    async def embeddings(request: Request) -> Response:
+        ctx = new_context(request, "ollama")
+        req = dialect.decode_embeddings_request(await read_json(request, limit))
+        result = await gateway.embed(ctx, req)
+        return json_response(dialect.encode_embeddings_response(result), ctx)
+
+    async def tags(request: Request) -> Response:
+        ctx = new_context(request, "ollama")
+        now = time.monotonic()
+        views = [view(s, now) for s in gateway.catalog.models()]
+        return json_response(dialect.encode_tags(views), ctx)
+
+    async def ps(request: Request) -> Response:
+        ctx = new_context(request, "ollama")
+        now = time.monotonic()
+        views = [v for v in (view(s, now) for s in gateway.catalog.models()) if v.loaded]
+        return json_response(dialect.encode_ps(views), ctx)
+
+    async def show(request: Request) -> Response:
+        ctx = new_context(request, "ollama")
+        name = dialect.decode_show_request(await read_json(request, limit))
+        spec = gateway.catalog.resolve(name)
+        return json_response(dialect.encode_show(view(spec, time.monotonic())), ctx)
+
+    async def version(request: Request) -> Response:
+        ctx = new_context(request, "ollama")
+        return json_response(dialect.encode_version(__version__), ctx)
+
+    async def root(request: Request) -> Response:
+        # Ollama clients probe GET / for liveness and expect 200 with plain text.
+        return PlainTextResponse("Ollama is running (MindRouter)")
+
+    return [
+        Route("/api/chat", chat, methods=["POST"]),
+        Route("/api/generate", generate, methods=["POST"]),
+        Route("/api/embed", embed, methods=["POST"]),
+        Route("/api/embeddings", embeddings, methods=["POST"]),
+        Route("/api/tags", tags, methods=["GET", "HEAD"]),
+        Route("/api/ps", ps, methods=["GET"]),
+        Route("/api/show", show, methods=["POST"]),
+        Route("/api/version", version, methods=["GET", "HEAD"]),
+        Route("/", root, methods=["GET", "HEAD"]),
+    ]

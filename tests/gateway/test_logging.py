@@ -1,0 +1,45 @@
+"""Every log line of a request carries its request id, as structured JSON."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from mindrouter.app import build_app
+from mindrouter.observability.logging import configure_logging
+from mindrouter.serving import InLoopServer
+from mindrouter.settings import settings_from_dict
+from mindrouter.sim import build_sim_app
+from tests.gateway.stack import gateway_config, sim_config
+
+
+async def test_request_id_in_json_logs(capsys: pytest.CaptureFixture[str]) -> None:
+    sims = {e: InLoopServer(build_sim_app(sim_config(e))) for e in ("vllm", "ollama", "llamacpp")}
+    for s in sims.values():
+        await s.start()
+    settings = settings_from_dict(gateway_config({e: s.url for e, s in sims.items()}))
+    configure_logging("INFO")  # after capsys took stderr, so the lines land in the capture
+    gw = InLoopServer(build_app(settings))
+    await gw.start()
+    try:
+        async with httpx.AsyncClient(base_url=gw.url) as client:
+            r = await client.post(
+                "/v1/chat/completions",
+                json={"model": "chat-vllm", "messages": [{"role": "user", "content": "hi"}]},
+            )
+            assert r.status_code == 200
+    finally:
+        await gw.stop()
+        for s in sims.values():
+            await s.stop()
+    rid = r.json()["id"]
+    assert r.headers["x-request-id"] == rid
+    lines = [
+        json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")
+    ]
+    mine = [line for line in lines if line.get("request_id") == rid]
+    assert mine, lines
+    done = [line for line in mine if line["event"] == "request finished"]
+    assert done and done[0]["backend"] == "vllm-1" and done[0]["output_tokens"] > 0

@@ -1,0 +1,192 @@
+"""The audit trail: durable before begin() returns, group commit, completion, queries, purge."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import event
+
+from mindrouter.errors import InternalError
+from mindrouter.stores.audit_records import AuditFilter, AuditOutcome, AuditStart
+from mindrouter.stores.sql import SqlStores, open_stores
+from mindrouter.stores.sql.audit_writer import AuditWriter
+
+from .conftest import FAST_HASHER, unique
+
+MESSAGES = [
+    {"role": "system", "content": "be brief"},
+    {"role": "user", "content": [{"type": "text", "text": "héllo ✓"}]},
+]
+
+
+def start(user: str = "alice", **fields: object) -> AuditStart:
+    values: dict[str, object] = {
+        "user_id": None,
+        "user_name": user,
+        "key_id": 7,
+        "key_prefix": "mr2_AbCdEfGh",
+        "model": "llama-3",
+        "endpoint": "/v1/chat/completions",
+        "messages": MESSAGES,
+        "stream": True,
+        "client_ip": "10.0.0.1",
+        "user_agent": "openai-python/1.0",
+    }
+    values.update(fields)
+    return AuditStart(**values)  # type: ignore[arg-type]
+
+
+def count_commits(writer: AuditWriter) -> list[int]:
+    commits: list[int] = []
+    event.listen(writer.engine.sync_engine, "commit", lambda _conn: commits.append(1))
+    return commits
+
+
+async def test_begin_is_committed_before_it_returns(stores: SqlStores, db_url: str) -> None:
+    observer = open_stores(db_url, hasher=FAST_HASHER)
+    try:
+        record = start(unique("u"))
+        await stores.audit.begin(record)
+        seen = await observer.audit_log.get(record.uuid)  # another engine, another connection
+        assert seen is not None
+        assert (seen.status, seen.messages, seen.stream, seen.key_prefix) == (
+            "pending",
+            MESSAGES,
+            True,
+            "mr2_AbCdEfGh",
+        )
+
+        stores.audit.complete(
+            record.uuid,
+            AuditOutcome(
+                status="ok",
+                output="hi",
+                input_tokens=12,
+                output_tokens=3,
+                backend="gpu-1",
+                attempts=2,
+                queued_ms=1.5,
+                first_token_ms=20.0,
+                total_ms=99.0,
+            ),
+        )
+        await stores.audit.flush()
+        done = await observer.audit_log.get(record.uuid)
+        assert done is not None
+        assert (done.status, done.output, done.input_tokens, done.output_tokens) == (
+            "ok",
+            "hi",
+            12,
+            3,
+        )
+        assert (done.backend, done.attempts, done.total_ms) == ("gpu-1", 2, 99.0)
+        assert done.completed_at is not None
+    finally:
+        await observer.aclose()
+
+
+async def test_concurrent_begins_share_transactions(stores: SqlStores) -> None:
+    commits = count_commits(stores.audit)
+    records = [start(unique("u")) for _ in range(40)]
+    await asyncio.gather(*(stores.audit.begin(r) for r in records))
+    assert len(commits) <= 3, f"{len(commits)} transactions for 40 concurrent begins"
+    assert stores.audit.stats.begun == 40
+    for r in records:
+        assert await stores.audit_log.get(r.uuid) is not None
+
+
+async def test_a_record_is_written_even_if_its_caller_goes_away(stores: SqlStores) -> None:
+    record = start(unique("u"))
+    task = asyncio.create_task(stores.audit.begin(record))
+    await asyncio.sleep(0)
+    task.cancel()
+    stores.audit.complete(record.uuid, AuditOutcome(status="cancelled"))
+    await stores.audit.flush()
+    written = await stores.audit_log.get(record.uuid)
+    assert written is not None and written.status == "cancelled"
+
+
+async def test_one_bad_record_does_not_fail_its_batch(stores: SqlStores) -> None:
+    good, bad = start(unique("u")), start(unique("u"), messages=[object()])
+    results = await asyncio.gather(
+        stores.audit.begin(good), stores.audit.begin(bad), return_exceptions=True
+    )
+    assert results[0] is None and isinstance(results[1], InternalError)
+    assert await stores.audit_log.get(good.uuid) is not None
+    assert await stores.audit_log.get(bad.uuid) is None
+
+
+async def test_close_writes_queued_completions(db_url: str) -> None:
+    writer_stores = open_stores(db_url, hasher=FAST_HASHER)
+    record = start(unique("u"))
+    await writer_stores.audit.begin(record)
+    writer_stores.audit.complete(record.uuid, AuditOutcome(status="error", error_message="boom"))
+    await writer_stores.aclose()
+    reader = open_stores(db_url, hasher=FAST_HASHER)
+    try:
+        seen = await reader.audit_log.get(record.uuid)
+        assert seen is not None and (seen.status, seen.error_message) == ("error", "boom")
+    finally:
+        await reader.aclose()
+
+
+async def test_query_filters(stores: SqlStores) -> None:
+    user, model = unique("u"), unique("m")
+    base = datetime.now(UTC) - timedelta(hours=1)
+    records = [
+        start(user, model=model, created_at=base + timedelta(minutes=i), key_id=100 + i % 2)
+        for i in range(4)
+    ]
+    for r in records:
+        await stores.audit.begin(r)
+    stores.audit.complete(records[0].uuid, AuditOutcome(status="ok"))
+    await stores.audit.flush()
+
+    def uuids(found: list) -> list[str]:  # type: ignore[type-arg]
+        return [e.uuid for e in found]
+
+    q = stores.audit_log.query
+    newest_first = [r.uuid for r in reversed(records)]
+    assert uuids(await q(AuditFilter(user=user))) == newest_first
+    assert uuids(await q(AuditFilter(model=model, limit=2))) == newest_first[:2]
+    assert uuids(await q(AuditFilter(user=user, status="ok"))) == [records[0].uuid]
+    assert uuids(await q(AuditFilter(user=user, key="101"))) == [records[3].uuid, records[1].uuid]
+    window = AuditFilter(
+        user=user, since=base + timedelta(minutes=1), until=base + timedelta(minutes=3)
+    )
+    assert uuids(await q(window)) == [records[2].uuid, records[1].uuid]
+    assert len(await q(AuditFilter(user=user, key="mr2_AbCdEfGh"))) == 4
+
+
+async def test_purge_blanks_old_content_and_keeps_lifetime_usage(stores: SqlStores) -> None:
+    group, name = unique("g"), unique("u")
+    await stores.directory.create_group(group)
+    user = await stores.directory.create_user(name, group)
+    now = datetime.now(UTC)
+    await stores.usage.add_usage(user.id, 500, now)
+    old = start(name, user_id=user.id, created_at=now - timedelta(days=400))
+    recent = start(name, user_id=user.id, created_at=now - timedelta(days=1))
+    await stores.audit.begin(old)
+    await stores.audit.begin(recent)
+    stores.audit.complete(old.uuid, AuditOutcome(status="ok", output="secret", input_tokens=9))
+    await stores.audit.flush()
+
+    assert await stores.audit_log.purge_audit(older_than_days=365) >= 1
+    purged = await stores.audit_log.get(old.uuid)
+    kept = await stores.audit_log.get(recent.uuid)
+    assert purged is not None and kept is not None
+    assert (purged.messages, purged.output, purged.purged, purged.input_tokens) == (
+        None,
+        None,
+        True,
+        9,
+    )
+    assert (kept.messages, kept.purged) == (MESSAGES, False)
+    assert (await stores.usage.get_usage(user.id, now)).lifetime_tokens == 500
+
+
+async def test_filtering_by_a_full_key_is_refused(stores: SqlStores) -> None:
+    with pytest.raises(Exception, match="never the full key"):
+        await stores.audit_log.query(AuditFilter(key="mr2_" + "a" * 43))
