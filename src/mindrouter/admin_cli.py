@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
+from mindrouter.backends.base import ENGINES
 from mindrouter.errors import MindRouterError
 from mindrouter.settings import ConfigError, load_settings
 from mindrouter.stores.records import (
@@ -105,11 +106,9 @@ def _limits(limits: GroupLimits | LimitOverrides) -> str:
 
 
 def _given(ns: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
-    """The fields set on the command line (argparse leaves the others at the sentinel)."""
-    return {f: getattr(ns, f) for f in fields if getattr(ns, f, _UNSET) is not _UNSET}
+    """The options given on the command line: the others default to SUPPRESS, i.e. absent."""
+    return {f: getattr(ns, f) for f in fields if hasattr(ns, f)}
 
-
-_UNSET: Any = object()
 
 # -- migrate ---------------------------------------------------------------------------------
 
@@ -179,7 +178,7 @@ async def _users_list(stores: SqlStores, ns: argparse.Namespace) -> None:
 
 async def _users_update(stores: SqlStores, ns: argparse.Namespace) -> None:
     changes = _given(ns, ("group", "active", "scheduler_weight", *LIMITS))
-    if ns.rename:
+    if hasattr(ns, "rename"):
         changes["name"] = ns.rename
     user = await stores.directory.update_user(ns.name, cast(UserChanges, changes))
     print(f"updated user {user.name}")
@@ -204,7 +203,7 @@ async def _groups_list(stores: SqlStores, ns: argparse.Namespace) -> None:
 
 async def _groups_update(stores: SqlStores, ns: argparse.Namespace) -> None:
     changes = _given(ns, ("scheduler_weight", *LIMITS))
-    if ns.rename:
+    if hasattr(ns, "rename"):
         changes["name"] = ns.rename
     group = await stores.directory.update_group(ns.name, cast(GroupChanges, changes))
     print(f"updated group {group.name}")
@@ -235,7 +234,8 @@ async def _backends_list(stores: SqlStores, ns: argparse.Namespace) -> None:
 
 
 async def _backends_create(stores: SqlStores, ns: argparse.Namespace) -> None:
-    fields = _given(ns, ("gpu", "max_concurrent", "priority"))
+    given = _given(ns, ("gpu", "max_concurrent", "priority")).items()
+    fields = {f: v for f, v in given if v is not None}
     backend = await stores.catalog.create_backend(
         ns.name, ns.engine, ns.url, models=_served(ns.model), **fields
     )
@@ -244,7 +244,7 @@ async def _backends_create(stores: SqlStores, ns: argparse.Namespace) -> None:
 
 async def _backends_update(stores: SqlStores, ns: argparse.Namespace) -> None:
     changes = _given(ns, ("engine", "url", "gpu", "max_concurrent", "priority", "enabled"))
-    if ns.model is not None:
+    if hasattr(ns, "model"):
         changes["models"] = _served(ns.model)
     await stores.catalog.update_backend(ns.name, cast(BackendChanges, changes))
     print(f"updated backend {ns.name}")
@@ -269,8 +269,18 @@ def _limit_flags(parser: argparse.ArgumentParser, *, inherit: bool) -> None:
         kind: Callable[[str], Any] = float if field == "scheduler_weight" else int
         flag = "--weight" if field == "scheduler_weight" else "--" + field.replace("_", "-")
         parser.add_argument(
-            flag, dest=field, type=_or_inherit(kind) if inherit else kind, default=_UNSET, help=hint
+            flag,
+            dest=field,
+            type=_or_inherit(kind) if inherit else kind,
+            default=argparse.SUPPRESS,
+            help=hint,
         )
+
+
+def _switch(parser: argparse.ArgumentParser, dest: str, on: str, off: str) -> None:
+    both = parser.add_mutually_exclusive_group()
+    both.add_argument(on, dest=dest, action="store_const", const=True)
+    both.add_argument(off, dest=dest, action="store_const", const=False)
 
 
 def _verbs(sub: Subparsers, noun: str, help_text: str) -> Subparsers:
@@ -278,19 +288,20 @@ def _verbs(sub: Subparsers, noun: str, help_text: str) -> Subparsers:
     return parser.add_subparsers(dest=f"{noun}_verb", required=True, metavar="VERB")
 
 
-def _add(verbs: Subparsers, verb: str, action: Action, help_text: str) -> argparse.ArgumentParser:
-    parser = _config(verbs.add_parser(verb, help=help_text))
+def _add(
+    verbs: Subparsers, verb: str, action: Action, help_text: str, *, partial: bool = False
+) -> argparse.ArgumentParser:
+    """A verb's parser; `partial` (updates): options not given are absent from the namespace."""
+    default = argparse.SUPPRESS if partial else None
+    parser = _config(verbs.add_parser(verb, help=help_text, argument_default=default))
     parser.set_defaults(run=_command(action))
     return parser
 
 
 def add_admin_commands(sub: Subparsers) -> None:
     """Registers migrate, keys, users, groups and backends on the `mindrouter` subparsers."""
-    migrate = _config(
-        sub.add_parser(
-            "migrate", help="apply the database migrations, then the config's groups/users/backends"
-        )
-    )
+    help_text = "apply the database migrations, then the config's groups, users, backends"
+    migrate = _config(sub.add_parser("migrate", help=help_text))
     migrate.set_defaults(run=_command(_migrate, migrating=True))
 
     keys = _verbs(sub, "keys", "API keys")
@@ -311,13 +322,11 @@ def add_admin_commands(sub: Subparsers) -> None:
     p.add_argument("--inactive", action="store_true")
     _limit_flags(p, inherit=True)
     _add(users, "list", _users_list, "list users").add_argument("--group")
-    p = _add(users, "update", _users_update, "change a user's group, state or limits")
+    p = _add(users, "update", _users_update, "change a user's group, state or limits", partial=True)
     p.add_argument("name")
-    p.add_argument("--group", default=_UNSET)
+    p.add_argument("--group")
     p.add_argument("--rename", metavar="NEW_NAME")
-    state = p.add_mutually_exclusive_group()
-    state.add_argument("--active", dest="active", action="store_const", const=True, default=_UNSET)
-    state.add_argument("--inactive", dest="active", action="store_const", const=False)
+    _switch(p, "active", "--active", "--inactive")
     _limit_flags(p, inherit=True)
     _add(users, "deactivate", _users_deactivate, "stop a user's keys working").add_argument("name")
 
@@ -326,7 +335,7 @@ def add_admin_commands(sub: Subparsers) -> None:
     p.add_argument("name")
     _limit_flags(p, inherit=False)
     _add(groups, "list", _groups_list, "list groups")
-    p = _add(groups, "update", _groups_update, "change a group's limits")
+    p = _add(groups, "update", _groups_update, "change a group's limits", partial=True)
     p.add_argument("name")
     p.add_argument("--rename", metavar="NEW_NAME")
     _limit_flags(p, inherit=False)
@@ -334,19 +343,14 @@ def add_admin_commands(sub: Subparsers) -> None:
     backends = _verbs(sub, "backends", "backends")
     _add(backends, "list", _backends_list, "list backends")
     for verb, action in (("create", _backends_create), ("update", _backends_update)):
-        p = _add(backends, verb, action, f"{verb} a backend")
-        p.add_argument("name")
         creating = verb == "create"
-        p.add_argument(
-            "--engine",
-            required=creating,
-            default=None if creating else _UNSET,
-            choices=("vllm", "ollama", "llamacpp", "openai"),
-        )
-        p.add_argument("--url", required=creating, default=None if creating else _UNSET)
-        p.add_argument("--gpu", default=_UNSET)
-        p.add_argument("--max-concurrent", type=int, default=_UNSET)
-        p.add_argument("--priority", type=int, default=_UNSET)
+        p = _add(backends, verb, action, f"{verb} a backend", partial=not creating)
+        p.add_argument("name")
+        p.add_argument("--engine", required=creating, choices=ENGINES)
+        p.add_argument("--url", required=creating)
+        p.add_argument("--gpu")
+        p.add_argument("--max-concurrent", type=int)
+        p.add_argument("--priority", type=int)
         p.add_argument(
             "--model",
             action="append",
@@ -354,9 +358,5 @@ def add_admin_commands(sub: Subparsers) -> None:
             help="a model it serves (repeatable); none: discovered",
         )
         if not creating:
-            on = p.add_mutually_exclusive_group()
-            on.add_argument(
-                "--enable", dest="enabled", action="store_const", const=True, default=_UNSET
-            )
-            on.add_argument("--disable", dest="enabled", action="store_const", const=False)
+            _switch(p, "enabled", "--enable", "--disable")
     _add(backends, "delete", _backends_delete, "delete a backend").add_argument("name")

@@ -1,9 +1,10 @@
-"""Composition root: builds the catalog, the adapters and the pipeline, and mounts the routes."""
+"""Composition root: stores, counters, scheduler, adapters and pipeline; mounts the routes."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException
@@ -13,15 +14,28 @@ from starlette.responses import Response
 from mindrouter.backends import build_adapter
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
+from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
 from mindrouter.http.common import json_response, new_context
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
+from mindrouter.identity.authenticate import Authenticator
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.gateway import Gateway
+from mindrouter.pipeline.services import Services
+from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.catalog import BackendState, Catalog, ModelSpec
+from mindrouter.scheduling import CapacityGate, FairQueue, InMemoryFairShareState
 from mindrouter.settings import Settings
+from mindrouter.stores.limits import (
+    LimitStore,
+    MemoryLimitStore,
+    RedisLimitStore,
+    RedisUnavailablePolicy,
+    ResilientLimitStore,
+)
+from mindrouter.stores.sql import SqlStores, apply_config, open_stores
 
 
 def build_catalog(settings: Settings) -> Catalog:
@@ -57,11 +71,11 @@ def build_catalog(settings: Settings) -> Catalog:
 
 def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdapter]:
     adapters: dict[str, EngineAdapter] = {}
-    for b in settings.backends:
+    for b, state in zip(settings.backends, catalog.backends, strict=True):
         # Ollama loads a model with the context window it is asked for; send the configured one.
         contexts = {
             upstream: catalog.resolve(model).context_length
-            for model, upstream in catalog_serves(catalog, b.name).items()
+            for model, upstream in state.serves.items()
         }
         adapters[b.name] = build_adapter(
             b.engine,
@@ -74,11 +88,27 @@ def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdap
     return adapters
 
 
-def catalog_serves(catalog: Catalog, backend: str) -> dict[str, str]:
-    for b in catalog.backends:
-        if b.name == backend:
-            return b.serves
-    return {}
+def build_limits(settings: Settings) -> LimitStore:
+    if not settings.redis_url:
+        return MemoryLimitStore()
+    primary = RedisLimitStore.from_url(settings.redis_url, prefix=settings.redis_prefix)
+    policy = (
+        RedisUnavailablePolicy.FAIL_OPEN_LOCAL
+        if settings.redis_unavailable == "fail_open"
+        else RedisUnavailablePolicy.FAIL_CLOSED
+    )
+    return ResilientLimitStore(primary, policy=policy, fallback=MemoryLimitStore())
+
+
+@dataclass(slots=True)
+class Runtime:
+    """What the app holds for its lifetime and closes at shutdown."""
+
+    stores: SqlStores
+    authenticator: Authenticator
+    limits: LimitStore
+    usage: UsageSync
+    adapters: dict[str, EngineAdapter]
 
 
 def _error_handlers(app: FastAPI) -> None:
@@ -111,29 +141,70 @@ def _error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, on_unexpected)
 
 
-def build_app(settings: Settings) -> FastAPI:
+def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
+    """The ASGI app. The database must already be migrated (`serve` checks before calling)."""
+    stores = stores or open_stores(settings.database_url)
     catalog = build_catalog(settings)
     adapters = build_adapters(settings, catalog)
-    gateway = Gateway(catalog, adapters)
+    authenticator = Authenticator(stores.keys)
+    limits = build_limits(settings)
+    usage = UsageSync(stores.usage, limits, interval=settings.usage_flush_s)
+    gate = CapacityGate(FairQueue(InMemoryFairShareState()))
+    services = Services(
+        catalog=catalog,
+        adapters=adapters,
+        authenticator=authenticator,
+        limits=limits,
+        audit=stores.audit,
+        gate=gate,
+        usage=usage,
+        max_attempts=settings.max_attempts,
+        capacity_wait=settings.capacity_wait_s,
+    )
+    gateway = Gateway(services)
+    runtime = Runtime(stores, authenticator, limits, usage, adapters)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await apply_config(stores, settings)
+        await authenticator.start()
+        await usage.start()
         try:
             yield
         finally:
-            for adapter in adapters.values():
-                await adapter.aclose()
+            await _shutdown(runtime)
 
     app = FastAPI(title="MindRouter", version="0.1.0", lifespan=lifespan)
     app.state.gateway = gateway
     app.state.settings = settings
+    app.state.runtime = runtime
+    app.state.trusted_proxies = frozenset(settings.trusted_proxies)
     _error_handlers(app)
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"}, new_context(request, "openai"))
 
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
+    app.include_router(admin_router(stores, authenticator))
     app.router.routes.extend(openai_routes(gateway, settings))
     app.router.routes.extend(anthropic_routes(gateway, settings))
     app.router.routes.extend(ollama_routes(gateway, settings))
     return app
+
+
+async def _shutdown(rt: Runtime) -> None:
+    """Stop taking work, write what is pending, then close connections; each step regardless."""
+    steps = [
+        rt.authenticator.stop,
+        rt.usage.stop,
+        rt.limits.close,
+        *[a.aclose for a in rt.adapters.values()],
+        rt.stores.aclose,
+    ]
+    for step in steps:
+        try:
+            await step()
+        except Exception as exc:
+            log.error(
+                "shutdown step failed", step=getattr(step, "__qualname__", "?"), error=str(exc)
+            )

@@ -1,4 +1,4 @@
-"""The `mindrouter` command line: serve, demo, sim."""
+"""The `mindrouter` command line: serve, demo, sim, and the administration verbs."""
 
 from __future__ import annotations
 
@@ -6,25 +6,43 @@ import argparse
 import contextlib
 import sys
 
-from mindrouter.settings import ConfigError
+from mindrouter.settings import ConfigError, Settings
 
 
 def _serve(ns: argparse.Namespace) -> int:
     import asyncio
 
-    from mindrouter.app import build_app
     from mindrouter.observability.logging import configure_logging
-    from mindrouter.serving import InLoopServer
     from mindrouter.settings import load_settings
 
     settings = load_settings(ns.config)
+    configure_logging(settings.log_level)
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(_serve_async(settings, ns))
+    return 0
+
+
+async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
+    from mindrouter.app import build_app
+    from mindrouter.serving import InLoopServer
+    from mindrouter.stores.sql import (
+        DatabaseNotMigrated,
+        DatabaseUnavailable,
+        open_stores,
+    )
+
+    stores = open_stores(settings.database_url)
+    try:
+        await stores.ensure_migrated(ns.config)
+    except (DatabaseNotMigrated, DatabaseUnavailable) as exc:
+        await stores.aclose()
+        print(f"mindrouter serve: {exc}", file=sys.stderr)
+        return 1
     host = ns.host or settings.host
     port = ns.port if ns.port is not None else settings.port
-    configure_logging(settings.log_level)
-    server = InLoopServer(build_app(settings), host=host, port=port)
+    server = InLoopServer(build_app(settings, stores), host=host, port=port)
     print(f"MindRouter listening on {server.url}", flush=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(server.serve_forever())
+    await server.serve_forever()
     return 0
 
 
@@ -62,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("sim", help="run a simulated vLLM, Ollama or llama.cpp server")
     add_sim_arguments(sim)
     sim.set_defaults(run=_sim)
+
+    from mindrouter.admin_cli import add_admin_commands
+
+    add_admin_commands(sub)
     return parser
 
 

@@ -7,6 +7,7 @@ them (SQLite under ./.mindrouter/, in-memory counters) and prints a request that
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import shlex
 from pathlib import Path
@@ -17,6 +18,8 @@ from mindrouter.serving import InLoopServer
 from mindrouter.settings import Settings, settings_from_dict
 from mindrouter.sim import build_sim_app
 from mindrouter.sim.config import SimConfig, SimModel
+from mindrouter.stores.sql import apply_config, open_stores
+from mindrouter.stores.sql.migrate import upgrade
 
 STATE_DIR = Path(".mindrouter")
 CHAT_MODEL = "llama-3.1-8b-instruct"
@@ -121,16 +124,28 @@ def demo_settings(vllm_url: str, ollama_url: str, host: str, port: int) -> Setti
     )
 
 
-def curl_line(base_url: str) -> str:
-    body = (
-        '{"model":"'
-        + CHAT_MODEL
-        + '","messages":[{"role":"user","content":"Hello, who are you?"}]}'
-    )
+def curl_line(base_url: str, key: str) -> str:
+    body = {
+        "model": CHAT_MODEL,
+        "messages": [{"role": "user", "content": "Hello, who are you?"}],
+    }
     return (
-        f"curl -s {base_url}/v1/chat/completions -H 'Content-Type: application/json' "
-        f"-d {shlex.quote(body)}"
+        f"curl -s {base_url}/v1/chat/completions -H 'Authorization: Bearer {key}' "
+        f"-H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))}"
     )
+
+
+async def prepare_database(settings: Settings) -> str:
+    """Migrates the demo database, applies the demo config and makes a fresh key for `demo`."""
+    stores = open_stores(settings.database_url)
+    try:
+        await upgrade(stores.engine)
+        await apply_config(stores, settings)
+        created = await stores.keys.create_key("demo", name="demo")
+        key: str = created.key
+        return key
+    finally:
+        await stores.aclose()
 
 
 async def run_demo(host: str, port: int) -> None:
@@ -140,17 +155,22 @@ async def run_demo(host: str, port: int) -> None:
     for s in sims:
         await s.start()
     settings = demo_settings(sims[0].url, sims[1].url, host, port)
+    key = await prepare_database(settings)
     gateway = InLoopServer(build_app(settings), host=host, port=port)
     print(f"MindRouter demo is running at {gateway.url}")
     print(f"  simulated vLLM backend:   {sims[0].url}")
     print(f"  simulated Ollama backend: {sims[1].url}")
     print("  models: " + ", ".join(m.name for m in settings.models))
-    print("  API key: none needed in this build (authentication is not enabled yet)")
+    print(f"  API key (user 'demo', group 'faculty'): {key}")
     print()
     print("Try it:")
-    print("  " + curl_line(gateway.url))
+    print("  " + curl_line(gateway.url, key))
     print()
-    print("OpenAI SDK: OpenAI(base_url='" + gateway.url + "/v1', api_key='unused')")
+    print(f"OpenAI SDK:    OpenAI(base_url='{gateway.url}/v1', api_key='{key}')")
+    print(f"Anthropic SDK: Anthropic(base_url='{gateway.url}/anthropic', api_key='{key}')")
+    print(
+        f"Ollama SDK:    Client(host='{gateway.url}', headers={{'Authorization': 'Bearer {key}'}})"
+    )
     print("Press Ctrl-C to stop.", flush=True)
     try:
         await gateway.serve_forever()

@@ -77,6 +77,12 @@ class Settings:
     reasoning_field: ReasoningField = "reasoning_content"
     max_body_bytes: int = 32 * 1024 * 1024
     timeouts: Timeouts = field(default_factory=Timeouts)
+    max_attempts: int = 3
+    capacity_wait_s: float = 150.0
+    redis_prefix: str = "mr:"
+    redis_unavailable: Literal["fail_closed", "fail_open"] = "fail_closed"
+    trusted_proxies: list[str] = field(default_factory=list)
+    usage_flush_s: float = 30.0
     groups: list[GroupSettings] = field(default_factory=list)
     users: list[UserSettings] = field(default_factory=list)
     backends: list[BackendSettings] = field(default_factory=list)
@@ -200,6 +206,22 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         first_byte=_get(t, "first_byte", float, "timeouts", 60.0),
         total=_get(t, "total", float, "timeouts", 180.0),
     )
+    s.max_attempts = _get(raw, "max_attempts", int, "", s.max_attempts)
+    if s.max_attempts < 1:
+        raise ConfigError("max_attempts: must be at least 1")
+    s.capacity_wait_s = _get(raw, "capacity_wait_s", float, "", s.capacity_wait_s)
+    s.redis_prefix = _get(raw, "redis_prefix", str, "", s.redis_prefix)
+    policy = _get(raw, "redis_unavailable", str, "", s.redis_unavailable)
+    if policy not in ("fail_closed", "fail_open"):
+        raise ConfigError("redis_unavailable: fail_closed or fail_open")
+    s.redis_unavailable = policy
+    proxies = _get(raw, "trusted_proxies", list, "", [])
+    if not all(isinstance(p, str) for p in proxies):
+        raise ConfigError("trusted_proxies: a list of IP addresses")
+    s.trusted_proxies = list(proxies)
+    s.usage_flush_s = _get(raw, "usage_flush_s", float, "", s.usage_flush_s)
+    if not 0 < s.usage_flush_s <= 60:
+        raise ConfigError("usage_flush_s: between 0 and 60 seconds")
     s.groups = [_group(d, f"groups[{i}]") for i, d in enumerate(_items(raw, "groups"))]
     s.users = [
         UserSettings(_name(d, f"users[{i}]"), _get(d, "group", str, f"users[{i}]", "default"))

@@ -19,4 +19,4 @@ def stack() -> Iterator[Stack]:
 
 @pytest.fixture(scope="package")
 def oai(stack: Stack) -> openai.OpenAI:
-    return openai.OpenAI(base_url=stack.url + "/v1", api_key="unused", max_retries=0)
+    return openai.OpenAI(base_url=stack.url + "/v1", api_key=stack.key, max_retries=0)

@@ -3,10 +3,15 @@
 Model names say which backend serves them: `chat-vllm`, `think-ollama`, `embed-llamacpp`, ...
 The `openai` engine (a generic OpenAI-compatible server) is the vLLM simulator driven by the
 generic adapter, so it sees only standard OpenAI fields.
+
+Every request needs an API key: `stack.key` (user `tester`), or the headers `stack.auth`. The
+database is a fresh SQLite file per stack, migrated before the gateway starts.
 """
 
 from __future__ import annotations
 
+import asyncio
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +22,8 @@ from mindrouter.serving import ThreadServer
 from mindrouter.settings import Settings, settings_from_dict
 from mindrouter.sim import SimState, build_sim_app
 from mindrouter.sim.config import SimConfig, SimModel
+from mindrouter.stores.sql import apply_config, open_stores
+from mindrouter.stores.sql.migrate import upgrade
 
 ENGINES = ("vllm", "ollama", "llamacpp", "openai")
 SIM_ENGINES = ("vllm", "ollama", "llamacpp")
@@ -41,7 +48,13 @@ class Stack:
     sim_states: dict[str, SimState]
     settings: Settings
     app: FastAPI
+    key: str = ""
+    database_url: str = ""
     extra: list[ThreadServer] = field(default_factory=list)
+
+    @property
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
 
     @property
     def url(self) -> str:
@@ -76,14 +89,50 @@ def gateway_config(urls: dict[str, str], **top: Any) -> dict[str, Any]:
         backends.append(
             {"name": f"{engine}-1", "engine": engine, "url": urls[sim_engine], "models": served}
         )
-    return {"backends": backends, "models": models, "secret_key": "test-secret", **top}
+    return {
+        "backends": backends,
+        "models": models,
+        "secret_key": "test-secret",
+        "groups": [{"name": "testers", "scheduler_weight": 1}],
+        "users": [{"name": "tester", "group": "testers"}],
+        **top,
+    }
+
+
+async def prepare_database(settings: Settings, user: str = "tester", admin: bool = False) -> str:
+    """Migrates the database, applies the config and returns a new key for `user`."""
+    stores = open_stores(settings.database_url)
+    try:
+        await upgrade(stores.engine)
+        await apply_config(stores, settings)
+        created = await stores.keys.create_key(user, admin=admin)
+        key: str = created.key
+        return key
+    finally:
+        await stores.aclose()
+
+
+def sqlite_url() -> str:
+    return f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='mr-test-')}/mindrouter.db"
 
 
 def start_stack(**sim_overrides: Any) -> Stack:
     apps = {e: build_sim_app(sim_config(e, **sim_overrides)) for e in SIM_ENGINES}
     sims = {e: ThreadServer(app).start() for e, app in apps.items()}
-    settings = settings_from_dict(gateway_config({e: s.url for e, s in sims.items()}))
+    url = sqlite_url()
+    settings = settings_from_dict(
+        gateway_config({e: s.url for e, s in sims.items()}, database_url=url)
+    )
+    key = asyncio.run(prepare_database(settings))
     app = build_app(settings)
     gateway = ThreadServer(app).start()
     states = {e: a.state.sim for e, a in apps.items()}
-    return Stack(gateway=gateway, sims=sims, sim_states=states, settings=settings, app=app)
+    return Stack(
+        gateway=gateway,
+        sims=sims,
+        sim_states=states,
+        settings=settings,
+        app=app,
+        key=key,
+        database_url=url,
+    )

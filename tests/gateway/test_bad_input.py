@@ -86,10 +86,13 @@ def test_bad_input(
 ) -> None:
     if isinstance(body, bytes):
         r = httpx.post(
-            stack.url + path, content=body, headers={"content-type": "application/json"}, timeout=10
+            stack.url + path,
+            content=body,
+            headers={"content-type": "application/json", **stack.auth},
+            timeout=10,
         )
     else:
-        r = httpx.post(stack.url + path, json=body, timeout=10)
+        r = httpx.post(stack.url + path, json=body, headers=stack.auth, timeout=10)
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert set(err) >= {"message", "type", "param", "code"}

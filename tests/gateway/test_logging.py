@@ -12,14 +12,17 @@ from mindrouter.observability.logging import configure_logging
 from mindrouter.serving import InLoopServer
 from mindrouter.settings import settings_from_dict
 from mindrouter.sim import build_sim_app
-from tests.gateway.stack import gateway_config, sim_config
+from tests.gateway.stack import gateway_config, prepare_database, sim_config, sqlite_url
 
 
 async def test_request_id_in_json_logs(capsys: pytest.CaptureFixture[str]) -> None:
     sims = {e: InLoopServer(build_sim_app(sim_config(e))) for e in ("vllm", "ollama", "llamacpp")}
     for s in sims.values():
         await s.start()
-    settings = settings_from_dict(gateway_config({e: s.url for e, s in sims.items()}))
+    settings = settings_from_dict(
+        gateway_config({e: s.url for e, s in sims.items()}, database_url=sqlite_url())
+    )
+    key = await prepare_database(settings)
     configure_logging("INFO")  # after capsys took stderr, so the lines land in the capture
     gw = InLoopServer(build_app(settings))
     await gw.start()
@@ -28,6 +31,7 @@ async def test_request_id_in_json_logs(capsys: pytest.CaptureFixture[str]) -> No
             r = await client.post(
                 "/v1/chat/completions",
                 json={"model": "chat-vllm", "messages": [{"role": "user", "content": "hi"}]},
+                headers={"Authorization": f"Bearer {key}"},
             )
             assert r.status_code == 200
     finally:

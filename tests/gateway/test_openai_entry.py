@@ -79,7 +79,7 @@ def test_stream_with_usage_chunk(stack: Stack, oai: openai.OpenAI, engine: str) 
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    chunks = json_chunks(post_sse(stack.url + "/v1/chat/completions", body))
+    chunks = json_chunks(post_sse(stack.url + "/v1/chat/completions", body, stack.auth))
     parsed = [ChatCompletionChunk.model_validate(c) for c in chunks]
     assert len({c.id for c in parsed}) == 1
     assert parsed[0].choices[0].delta.role == "assistant"
@@ -107,7 +107,7 @@ def test_stream_without_usage_has_no_usage_chunk(stack: Stack, engine: str) -> N
     }
     chunks = [
         ChatCompletionChunk.model_validate(c)
-        for c in json_chunks(post_sse(stack.url + "/v1/chat/completions", body))
+        for c in json_chunks(post_sse(stack.url + "/v1/chat/completions", body, stack.auth))
     ]
     assert all(c.choices for c in chunks)
     assert all(c.usage is None for c in chunks)
@@ -122,7 +122,7 @@ def test_tool_call_streamed_arguments(stack: Stack, oai: openai.OpenAI, engine: 
     }
     chunks = [
         ChatCompletionChunk.model_validate(c)
-        for c in json_chunks(post_sse(stack.url + "/v1/chat/completions", body))
+        for c in json_chunks(post_sse(stack.url + "/v1/chat/completions", body, stack.auth))
     ]
     deltas = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     assert deltas, "no tool-call deltas"
@@ -211,7 +211,7 @@ def test_reasoning_text(stack: Stack, oai: openai.OpenAI, engine: str) -> None:
         "messages": [{"role": "user", "content": "Think"}],
         "stream": True,
     }
-    chunks = json_chunks(post_sse(stack.url + "/v1/chat/completions", body))
+    chunks = json_chunks(post_sse(stack.url + "/v1/chat/completions", body, stack.auth))
     reasoning = "".join(
         c["choices"][0]["delta"].get("reasoning_content") or "" for c in chunks if c["choices"]
     )
@@ -316,7 +316,7 @@ def test_legacy_completions(stack: Stack, oai: openai.OpenAI, engine: str) -> No
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    chunks = json_chunks(post_sse(stack.url + "/v1/completions", body))
+    chunks = json_chunks(post_sse(stack.url + "/v1/completions", body, stack.auth))
     assert all(c["object"] == "text_completion" for c in chunks)
     text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
     assert len(text.split()) == 4

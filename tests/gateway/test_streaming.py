@@ -33,7 +33,13 @@ def test_first_chunk_arrives_while_backend_still_generating(slow_stack: Stack, e
     before = len(state.records)
     seen_unfinished = False
     content_chunks = 0
-    with httpx.stream("POST", slow_stack.url + "/v1/chat/completions", json=body, timeout=30) as r:
+    with httpx.stream(
+        "POST",
+        slow_stack.url + "/v1/chat/completions",
+        json=body,
+        headers=slow_stack.auth,
+        timeout=30,
+    ) as r:
         assert r.status_code == 200
         for line in r.iter_lines():
             if line.startswith("data: ") and '"content":"' in line and '"content":""' not in line:
@@ -55,7 +61,13 @@ def test_client_disconnect_cancels_upstream(slow_stack: Stack, engine: str) -> N
         "stream": True,
     }
     before = len(state.records)
-    with httpx.stream("POST", slow_stack.url + "/v1/chat/completions", json=body, timeout=30) as r:
+    with httpx.stream(
+        "POST",
+        slow_stack.url + "/v1/chat/completions",
+        json=body,
+        headers=slow_stack.auth,
+        timeout=30,
+    ) as r:
         seen = 0
         for line in r.iter_lines():
             if line.startswith("data: ") and '"content":"' in line:

@@ -34,11 +34,13 @@ RUNNING = {"vllm": "vllm:num_requests_running", "llamacpp": "llamacpp:requests_p
 
 @pytest.mark.parametrize("engine", ["vllm", "llamacpp", "ollama"])
 async def test_one_slot_makes_the_second_request_wait(sim_for, engine: str) -> None:
-    sim: Sim = sim_for(engine, slots=1, tokens_per_second=200, default_tokens=16)
+    sim: Sim = sim_for(engine, slots=1, tokens_per_second=100, default_tokens=20)
     path, body = stream_request(sim)
     body = {**body, "stream": False}
     async with httpx.AsyncClient(base_url=sim.url, timeout=10) as client:
         first = asyncio.create_task(client.post(path, json=body))
+        while sim.state.slots.running < 1:
+            await asyncio.sleep(0.002)
         second = asyncio.create_task(client.post(path, json=body))
         deadline = time.monotonic() + 3
         while sim.state.slots.waiting < 1:

@@ -103,11 +103,8 @@ async def create_database(engine: str, tmp: Path) -> str:
             await conn.execute(f'CREATE DATABASE "{name}"')
         finally:
             await conn.close()
-        return str(
-            POSTGRES.set(drivername="postgresql+asyncpg", database=name).render_as_string(
-                hide_password=False
-            )
-        )
+        url = POSTGRES.set(drivername="postgresql+asyncpg", database=name)
+        return url.render_as_string(hide_password=False)
     conn = await _mariadb_admin()
     try:
         async with conn.cursor() as cur:
@@ -116,9 +113,8 @@ async def create_database(engine: str, tmp: Path) -> str:
             )
     finally:
         conn.close()
-    return MARIADB.set(drivername="mysql+asyncmy", database=name).render_as_string(
-        hide_password=False
-    )
+    url = MARIADB.set(drivername="mysql+asyncmy", database=name)
+    return url.render_as_string(hide_password=False)
 
 
 async def drop_database(url: str) -> None:

@@ -190,3 +190,26 @@ async def test_purge_blanks_old_content_and_keeps_lifetime_usage(stores: SqlStor
 async def test_filtering_by_a_full_key_is_refused(stores: SqlStores) -> None:
     with pytest.raises(Exception, match="never the full key"):
         await stores.audit_log.query(AuditFilter(key="mr2_" + "a" * 43))
+
+
+class CountingWriter(AuditWriter):
+    attempts = 0
+
+    async def _insert(self, rows: list[dict[str, object]]) -> Exception | None:
+        self.attempts += 1
+        return await super()._insert(rows)
+
+
+async def test_an_unreachable_database_fails_the_batch_once() -> None:
+    from mindrouter.stores.sql.engine import create_engine
+
+    engine = create_engine("postgresql+asyncpg://postgres@127.0.0.1:1/none")
+    writer = CountingWriter(engine)
+    try:
+        results = await asyncio.gather(
+            *(writer.begin(start(unique("u"))) for _ in range(5)), return_exceptions=True
+        )
+    finally:
+        await engine.dispose()
+    assert all(isinstance(r, InternalError) for r in results)
+    assert writer.attempts == 1, "a connection failure is not retried row by row"

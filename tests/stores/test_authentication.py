@@ -194,3 +194,16 @@ async def test_a_group_limit_change_reaches_another_process_within_a_second(
             await asyncio.sleep(0.02)
     finally:
         await worker.stop()
+
+
+async def test_an_unreachable_database_is_an_internal_error_not_a_bad_key() -> None:
+    from mindrouter.errors import InternalError
+    from mindrouter.stores.sql.keys import SqlKeyStore
+
+    down = open_stores("postgresql+asyncpg://postgres@127.0.0.1:1/none")
+    try:
+        auth = Authenticator(SqlKeyStore(down.engine), hasher=FAST_HASHER)
+        with pytest.raises(InternalError):
+            await auth.authenticate(bearer("mr2_" + "A" * 43))
+    finally:
+        await down.aclose()

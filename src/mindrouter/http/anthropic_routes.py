@@ -21,6 +21,7 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
 
     async def messages(request: Request) -> Response:
         ctx = new_context(request, "anthropic")
+        await gateway.authenticate(ctx, request.headers)
         body = await read_json(request, limit)
         req = dialect.decode_messages_request(body, signing_key=key)
         message_id = "msg_" + ctx.request_id.removeprefix("chatcmpl-")
@@ -51,6 +52,7 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
 
     async def count_tokens(request: Request) -> Response:
         ctx = new_context(request, "anthropic")
+        await gateway.authenticate(ctx, request.headers)
         body = await read_json(request, limit)
         req = dialect.decode_count_tokens_request(body, signing_key=key)
         count = await gateway.count_tokens(ctx, req)
@@ -58,6 +60,7 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
 
     async def models(request: Request) -> Response:
         ctx = new_context(request, "anthropic")
+        await gateway.authenticate(ctx, request.headers)
         ids = [name for spec in gateway.catalog.models() for name in (spec.name, *spec.aliases)]
         created = datetime.datetime.fromtimestamp(ctx.created, datetime.UTC).isoformat()
         return json_response(dialect.encode_model_list(ids, created_at=created), ctx)

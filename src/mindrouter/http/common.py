@@ -29,14 +29,29 @@ def new_context(request: Request, dialect: Dialect) -> RequestContext:
     request.state.request_id = rid
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(request_id=rid)
-    client = request.client
     return RequestContext(
         dialect=dialect,
         endpoint=request.url.path,
         request_id=rid,
-        client_ip=client.host if client else None,
+        client_ip=client_ip(request),
         user_agent=request.headers.get("user-agent"),
     )
+
+
+def client_ip(request: Request) -> str | None:
+    """The caller's address. X-Forwarded-For is believed only when the peer is a configured
+    proxy, and then only up to the first address that is not one of ours."""
+    peer = request.client.host if request.client else None
+    trusted: frozenset[str] = getattr(request.app.state, "trusted_proxies", frozenset())
+    if peer is None or peer not in trusted:
+        return peer
+    forwarded = request.headers.get("x-forwarded-for")
+    if not forwarded:
+        return peer
+    for hop in reversed([h.strip() for h in forwarded.split(",") if h.strip()]):
+        if hop not in trusted:
+            return hop
+    return peer
 
 
 async def read_json(request: Request, limit: int) -> Any:

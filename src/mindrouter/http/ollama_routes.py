@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncGenerator
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from mindrouter import __version__
-from mindrouter.canonical import ChatRequest
+from mindrouter.canonical import (
+    ChatAssembler,
+    ChatRequest,
+    ChatResult,
+    ReasoningDelta,
+    StreamEvent,
+    TextDelta,
+    ToolCallStart,
+)
 from mindrouter.dialects import ollama as dialect
 from mindrouter.http.common import (
     StreamEncoder,
@@ -31,10 +40,37 @@ def _now_iso() -> str:
     return dialect.format_rfc3339(time.time())
 
 
-def _timings(ctx: RequestContext) -> dialect.Timings:
+def _timings(ctx: RequestContext, first_token: float | None = None) -> dialect.Timings:
     return dialect.Timings.from_marks(
-        start=ctx.received_at, first_token=ctx.first_token_at, end=time.monotonic()
+        start=ctx.received_at, first_token=first_token, end=time.monotonic()
     )
+
+
+# Events that mean the model has started producing output.
+_OUTPUT = (ReasoningDelta, TextDelta, ToolCallStart)
+
+
+async def _collect(
+    model: str, events: AsyncGenerator[StreamEvent, None]
+) -> tuple[ChatResult, float | None]:
+    """A whole reply folded from a stream, and when its first output arrived.
+
+    Ollama clients compute prompt and generation speeds from `prompt_eval_duration` and
+    `eval_duration`. Only a stream shows where one ends and the other begins, so non-streamed
+    replies are read as a stream too; a unary call would leave `eval_duration` at zero.
+    """
+    assembler = ChatAssembler(model)
+    first_output: float | None = None
+    try:
+        async for event in events:
+            if first_output is None and isinstance(event, _OUTPUT):
+                first_output = time.monotonic()
+            assembler.feed(event)
+    finally:
+        await events.aclose()
+    if assembler.error is not None:
+        raise assembler.error.error
+    return assembler.result(), first_output
 
 
 def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
@@ -60,6 +96,7 @@ def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
 
     async def chat(request: Request) -> Response:
         ctx = new_context(request, "ollama")
+        await gateway.authenticate(ctx, request.headers)
         body = await read_json(request, limit)
         action = dialect.chat_load_action(body)
         if action is not None:
@@ -70,19 +107,23 @@ def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
                 ctx,
             )
         req = dialect.decode_chat_request(body)
+        events = await gateway.open_chat_stream(ctx, req)
         if req.stream:
-            events = await gateway.open_chat_stream(ctx, req)
             return stream_response(streamer(ctx, req.model, False), events, ctx)
-        result = await gateway.chat(ctx, req)
+        result, first_output = await _collect(req.model, events)
         return json_response(
             dialect.encode_chat_response(
-                result, model=req.model, created_at=_now_iso(), timings=_timings(ctx)
+                result,
+                model=req.model,
+                created_at=_now_iso(),
+                timings=_timings(ctx, first_output),
             ),
             ctx,
         )
 
     async def generate(request: Request) -> Response:
         ctx = new_context(request, "ollama")
+        await gateway.authenticate(ctx, request.headers)
         body = await read_json(request, limit)
         action = dialect.generate_load_action(body)
         req = dialect.decode_generate_request(body)
@@ -94,25 +135,26 @@ def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
                 ),
                 ctx,
             )
-        if req.stream:
-            if isinstance(req, ChatRequest):
-                events = await gateway.open_chat_stream(ctx, req)
-            else:
-                events = await gateway.open_complete_stream(ctx, req)
-            return stream_response(streamer(ctx, req.model, True), events, ctx)
         if isinstance(req, ChatRequest):
-            result = await gateway.chat(ctx, req)
+            events = await gateway.open_chat_stream(ctx, req)
         else:
-            result = await gateway.complete(ctx, req)
+            events = await gateway.open_complete_stream(ctx, req)
+        if req.stream:
+            return stream_response(streamer(ctx, req.model, True), events, ctx)
+        result, first_output = await _collect(req.model, events)
         return json_response(
             dialect.encode_generate_response(
-                result, model=req.model, created_at=_now_iso(), timings=_timings(ctx)
+                result,
+                model=req.model,
+                created_at=_now_iso(),
+                timings=_timings(ctx, first_output),
             ),
             ctx,
         )
 
     async def embed(request: Request) -> Response:
         ctx = new_context(request, "ollama")
+        await gateway.authenticate(ctx, request.headers)
         req = dialect.decode_embed_request(await read_json(request, limit))
         result = await gateway.embed(ctx, req)
         return json_response(
@@ -121,30 +163,35 @@ def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
 
     async def embeddings(request: Request) -> Response:
         ctx = new_context(request, "ollama")
+        await gateway.authenticate(ctx, request.headers)
         req = dialect.decode_embeddings_request(await read_json(request, limit))
         result = await gateway.embed(ctx, req)
         return json_response(dialect.encode_embeddings_response(result), ctx)
 
     async def tags(request: Request) -> Response:
         ctx = new_context(request, "ollama")
+        await gateway.authenticate(ctx, request.headers)
         now = time.monotonic()
         views = [view(s, now) for s in gateway.catalog.models()]
         return json_response(dialect.encode_tags(views), ctx)
 
     async def ps(request: Request) -> Response:
         ctx = new_context(request, "ollama")
+        await gateway.authenticate(ctx, request.headers)
         now = time.monotonic()
         views = [v for v in (view(s, now) for s in gateway.catalog.models()) if v.loaded]
         return json_response(dialect.encode_ps(views), ctx)
 
     async def show(request: Request) -> Response:
         ctx = new_context(request, "ollama")
+        await gateway.authenticate(ctx, request.headers)
         name = dialect.decode_show_request(await read_json(request, limit))
         spec = gateway.catalog.resolve(name)
         return json_response(dialect.encode_show(view(spec, time.monotonic())), ctx)
 
     async def version(request: Request) -> Response:
         ctx = new_context(request, "ollama")
+        await gateway.authenticate(ctx, request.headers)
         return json_response(dialect.encode_version(__version__), ctx)
 
     async def root(request: Request) -> Response:

@@ -19,6 +19,7 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
 
     async def chat_completions(request: Request) -> Response:
         ctx = new_context(request, "openai")
+        await gateway.authenticate(ctx, request.headers)
         body = await read_json(request, limit)
         req = dialect.decode_chat_request(body)
         if req.stream:
@@ -45,6 +46,7 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
 
     async def completions(request: Request) -> Response:
         ctx = new_context(request, "openai")
+        await gateway.authenticate(ctx, request.headers)
         body = await read_json(request, limit)
         req = dialect.decode_completion_request(body)
         if req.stream:
@@ -66,6 +68,7 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
 
     async def embeddings(request: Request) -> Response:
         ctx = new_context(request, "openai")
+        await gateway.authenticate(ctx, request.headers)
         body = await read_json(request, limit)
         req, encoding = dialect.decode_embedding_request(body)
         result = await gateway.embed(ctx, req)
@@ -76,11 +79,13 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
 
     async def list_models(request: Request) -> Response:
         ctx = new_context(request, "openai")
+        await gateway.authenticate(ctx, request.headers)
         ids = [name for spec in gateway.catalog.models() for name in (spec.name, *spec.aliases)]
         return json_response(dialect.encode_model_list(ids, created=ctx.created), ctx)
 
     async def get_model(request: Request) -> Response:
         ctx = new_context(request, "openai")
+        await gateway.authenticate(ctx, request.headers)
         model_id = request.path_params["model_id"]
         spec = gateway.catalog.resolve(model_id)
         if not gateway.catalog.serving(spec.name):

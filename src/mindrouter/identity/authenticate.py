@@ -82,7 +82,7 @@ class Authenticator:
         now = self._monotonic()
         entry = self._cache.get(digest, now) if now <= self._fresh_until else None
         if entry is None:
-            return await self._resolve_once(key, digest)
+            return await self._resolve_once(key, key_prefix(key), digest)
         wall = self._clock()
         if entry.expires_ts is not None and wall >= entry.expires_ts:
             self._cache.discard(digest)
@@ -94,12 +94,12 @@ class Authenticator:
         """Forget every cached principal now (this process only; others follow the epoch)."""
         self._cache.clear()
 
-    async def _resolve_once(self, key: str, digest: str) -> Principal:
+    async def _resolve_once(self, key: str, prefix: str, digest: str) -> Principal:
         # Concurrent first requests with one key share a single lookup and Argon2 run. It runs as
         # its own task so that the client which started it going away does not fail the others.
         task = self._inflight.get(digest)
         if task is None:
-            task = asyncio.create_task(self._resolve(key, digest))
+            task = asyncio.create_task(self._resolve(key, prefix, digest))
             self._inflight[digest] = task
             task.add_done_callback(lambda done: self._resolved(digest, done))
         return await asyncio.shield(task)
@@ -109,8 +109,7 @@ class Authenticator:
         if not task.cancelled():
             task.exception()  # marks it retrieved: a failure nobody awaited is not logged again
 
-    async def _resolve(self, key: str, digest: str) -> Principal:
-        prefix = key_prefix(key)
+    async def _resolve(self, key: str, prefix: str, digest: str) -> Principal:
         generation = self._cache.generation
         record = _matching(await self._store.find_keys(prefix), digest)
         if record is None:

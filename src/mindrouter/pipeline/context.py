@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mindrouter.identity.principal import Principal
+
 Dialect = Literal["openai", "anthropic", "ollama"]
 
 
@@ -24,6 +26,7 @@ class RequestContext:
     received_at: float = field(default_factory=time.monotonic)
     created: int = field(default_factory=lambda: int(time.time()))
     # Filled in as the request moves through the pipeline.
+    principal: Principal | None = None
     backend: str | None = None
     attempts: int = 0
     first_token_at: float | None = None

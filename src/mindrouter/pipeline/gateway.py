@@ -1,16 +1,21 @@
 """The gateway's request path from a decoded canonical request to a backend and back.
 
-Stages (DESIGN.md §1) that exist so far: resolve the model, check modality, pick a backend,
-dispatch with failover before the first byte, relay the stream. Authentication, admission,
-audit, fair scheduling and accounting plug in here as they are built.
+    authenticate → resolve model → Flight.open (admit, audit, fair gate)
+        → dispatch with failover before the first byte → relay → Flight.close (account)
+
+Streams connect and wait for their first event before anything is sent to the client, so a
+failure up to that point can still be retried on another backend or reported with a status.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import TypeVar
+
+import structlog
 
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.canonical import (
@@ -21,8 +26,12 @@ from mindrouter.canonical import (
     Done,
     EmbeddingRequest,
     EmbeddingResult,
+    ReasoningDelta,
     StreamEvent,
     StreamFailed,
+    TextDelta,
+    ToolCallArgs,
+    ToolCallStart,
     Usage,
 )
 from mindrouter.errors import (
@@ -35,21 +44,34 @@ from mindrouter.errors import (
 )
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
-from mindrouter.routing.catalog import BackendState, Catalog, ModelSpec, check_modality
+from mindrouter.pipeline.flight import Flight, Status
+from mindrouter.pipeline.services import Services
+from mindrouter.routing.catalog import BackendState, ModelSpec, check_modality
 from mindrouter.routing.select import rank_backends
 from mindrouter.tokens import estimate_chat_input
 
 R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest)
-T = TypeVar("T")
+T = TypeVar("T", ChatResult, EmbeddingResult)
+Events = AsyncGenerator[StreamEvent, None]
+
+
+def _result_text(result: ChatResult | EmbeddingResult) -> str | None:
+    if isinstance(result, EmbeddingResult):
+        return None
+    choice = result.first
+    calls = "".join(f"\n[tool call {c.name}] {c.arguments}" for c in choice.tool_calls)
+    return choice.text + calls
 
 
 class Gateway:
-    def __init__(
-        self, catalog: Catalog, adapters: dict[str, EngineAdapter], *, max_attempts: int = 3
-    ) -> None:
-        self.catalog = catalog
-        self.adapters = adapters
-        self.max_attempts = max_attempts
+    def __init__(self, services: Services) -> None:
+        self.s = services
+        self.catalog = services.catalog
+        self.adapters: dict[str, EngineAdapter] = services.adapters
+
+    async def authenticate(self, ctx: RequestContext, headers: Mapping[str, str]) -> None:
+        ctx.principal = await self.s.authenticator.authenticate(headers)
+        structlog.contextvars.bind_contextvars(user=ctx.principal.user_name)
 
     # -- unary ---------------------------------------------------------------------------------
 
@@ -62,23 +84,9 @@ class Gateway:
     async def embed(self, ctx: RequestContext, req: EmbeddingRequest) -> EmbeddingResult:
         return await self._unary(ctx, req, lambda a, r: a.embed(r))
 
-    # -- streams -------------------------------------------------------------------------------
-
-    async def open_chat_stream(
-        self, ctx: RequestContext, req: ChatRequest
-    ) -> AsyncGenerator[StreamEvent, None]:
-        """Connects and waits for the first event, so that failures before any byte reached the
-        client can still become an HTTP error status (or a retry elsewhere)."""
-        return await self._open_stream(ctx, req, lambda a, r: a.chat_stream(r))
-
-    async def open_complete_stream(
-        self, ctx: RequestContext, req: CompletionRequest
-    ) -> AsyncGenerator[StreamEvent, None]:
-        return await self._open_stream(ctx, req, lambda a, r: a.complete_stream(r))
-
     async def count_tokens(self, ctx: RequestContext, req: ChatRequest) -> int:
         """Input tokens of a chat request: a backend's own tokenizer where one is reachable,
-        otherwise the gateway's estimate."""
+        otherwise the gateway's estimate. Generates nothing, so it is not admitted or queued."""
         spec = self.resolve(req)
         for backend, upstream in rank_backends(self.catalog.serving(spec.name)):
             adapter = self.adapters[backend.name]
@@ -91,6 +99,14 @@ class Gateway:
                 return count
         return estimate_chat_input(req)
 
+    # -- streams -------------------------------------------------------------------------------
+
+    async def open_chat_stream(self, ctx: RequestContext, req: ChatRequest) -> Events:
+        return await self._open_stream(ctx, req, lambda a, r: a.chat_stream(r))
+
+    async def open_complete_stream(self, ctx: RequestContext, req: CompletionRequest) -> Events:
+        return await self._open_stream(ctx, req, lambda a, r: a.complete_stream(r))
+
     # -- internals -----------------------------------------------------------------------------
 
     def resolve(self, req: AnyRequest) -> ModelSpec:
@@ -102,19 +118,51 @@ class Gateway:
         ranked = rank_backends(self.catalog.serving(spec.name))
         if not ranked:
             raise Overloaded(f"no healthy backend is serving model '{spec.name}' right now")
-        return ranked[: self.max_attempts]
+        return ranked[: self.s.max_attempts]
 
     async def _unary(
         self, ctx: RequestContext, req: R, call: Callable[[EngineAdapter, R], Awaitable[T]]
     ) -> T:
         spec = self.resolve(req)
-        last: MindRouterError | None = None
+        flight = Flight(self.s, ctx, req, spec)
+        await flight.open()
+        status: Status = "error"
+        result: T | None = None
+        error: MindRouterError | None = None
+        try:
+            result = await self._try_backends(ctx, flight, spec, req, call)
+            result.model = req.model
+            status = "ok"
+            return result
+        except MindRouterError as exc:
+            error = exc
+            raise
+        except asyncio.CancelledError:
+            status = "cancelled"
+            raise
+        except Exception as exc:
+            error = InternalError(f"the request failed inside the gateway: {exc}")
+            raise
+        finally:
+            usage = result.usage if result is not None else None
+            text = _result_text(result) if result is not None else None
+            await flight.close(status, usage, text, error)
+            self._log_done(ctx, req.model, status, usage, error)
+
+    async def _try_backends(
+        self,
+        ctx: RequestContext,
+        flight: Flight,
+        spec: ModelSpec,
+        req: R,
+        call: Callable[[EngineAdapter, R], Awaitable[T]],
+    ) -> T:
+        last: UpstreamError | None = None
         for backend, upstream in self._plan(spec):
+            flight.take(backend)
             ctx.attempts += 1
-            ctx.backend = backend.name
-            backend.in_flight += 1
             try:
-                result = await call(
+                return await call(
                     self.adapters[backend.name], dataclasses.replace(req, model=upstream)
                 )
             except UpstreamRejected:
@@ -122,83 +170,88 @@ class Gateway:
             except UpstreamError as exc:
                 last = exc
                 log.warning("backend attempt failed", backend=backend.name, error=exc.message)
-                continue
-            finally:
-                backend.in_flight -= 1
-            self.catalog.mark_used(spec.name, time.monotonic())
-            if isinstance(result, (ChatResult, EmbeddingResult)):
-                result.model = req.model
-            self._log_done(ctx, req.model, "ok", getattr(result, "usage", None))
-            return result
         assert last is not None
-        self._log_done(ctx, req.model, "error", None, last)
         raise last
 
     async def _open_stream(
-        self,
-        ctx: RequestContext,
-        req: R,
-        opener: Callable[[EngineAdapter, R], AsyncGenerator[StreamEvent, None]],
-    ) -> AsyncGenerator[StreamEvent, None]:
+        self, ctx: RequestContext, req: R, opener: Callable[[EngineAdapter, R], Events]
+    ) -> Events:
         spec = self.resolve(req)
-        last: MindRouterError | None = None
-        for backend, upstream in self._plan(spec):
-            ctx.attempts += 1
-            ctx.backend = backend.name
-            backend.in_flight += 1
-            events = opener(self.adapters[backend.name], dataclasses.replace(req, model=upstream))
-            try:
-                first = await anext(events)
-            except StopAsyncIteration:
-                first_error: BaseException = UpstreamUnavailable("the backend sent an empty stream")
-            except UpstreamRejected:
-                backend.in_flight -= 1
+        flight = Flight(self.s, ctx, req, spec)
+        await flight.open()
+        try:
+            last: UpstreamError | None = None
+            for backend, upstream in self._plan(spec):
+                flight.take(backend)
+                ctx.attempts += 1
+                events = opener(
+                    self.adapters[backend.name], dataclasses.replace(req, model=upstream)
+                )
+                try:
+                    first = await anext(events)
+                except StopAsyncIteration:
+                    last = UpstreamUnavailable("the backend sent an empty stream", backend.name)
+                except UpstreamRejected:
+                    await events.aclose()
+                    raise
+                except UpstreamError as exc:
+                    last = exc
+                else:
+                    ctx.first_token_at = self.s.clock()
+                    return self._relay(ctx, flight, req.model, first, events)
                 await events.aclose()
-                raise
-            except BaseException as exc:
-                first_error = exc
-            else:
-                ctx.first_token_at = time.monotonic()
-                self.catalog.mark_used(spec.name, ctx.first_token_at)
-                return self._relay(ctx, req.model, backend, first, events)
-            backend.in_flight -= 1
-            await events.aclose()
-            if not isinstance(first_error, UpstreamError):
-                raise first_error
-            last = first_error
-            log.warning("backend attempt failed", backend=backend.name, error=first_error.message)
-        assert last is not None
-        self._log_done(ctx, req.model, "error", None, last)
-        raise last
+                log.warning("backend attempt failed", backend=backend.name, error=last.message)
+            assert last is not None
+            raise last
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            err = exc if isinstance(exc, MindRouterError) else None
+            await flight.close("cancelled" if cancelled else "error", None, None, err)
+            self._log_done(ctx, req.model, "cancelled" if cancelled else "error", None, err)
+            raise
 
     async def _relay(
-        self,
-        ctx: RequestContext,
-        model: str,
-        backend: BackendState,
-        first: StreamEvent,
-        events: AsyncGenerator[StreamEvent, None],
-    ) -> AsyncGenerator[StreamEvent, None]:
+        self, ctx: RequestContext, flight: Flight, model: str, first: StreamEvent, events: Events
+    ) -> Events:
         usage: Usage | None = None
-        outcome = "cancelled"
+        status: Status = "cancelled"
+        error: MindRouterError | None = None
+        pieces: list[str] = []
+        produced = 0
+        event = first
         try:
-            yield first
-            async for event in events:
-                if isinstance(event, Done):
+            while True:
+                if isinstance(event, TextDelta | ReasoningDelta | ToolCallArgs):
+                    produced += 1
+                    flight.charge_output(1)
+                    if isinstance(event, TextDelta):
+                        pieces.append(event.text)
+                    elif isinstance(event, ToolCallArgs):
+                        pieces.append(event.fragment)
+                elif isinstance(event, ToolCallStart):
+                    pieces.append(f"\n[tool call {event.name}] ")
+                elif isinstance(event, Done):
                     usage = event.usage
-                    outcome = "ok"
+                    status = "ok"
                 yield event
+                try:
+                    event = await anext(events)
+                except StopAsyncIteration:
+                    break
         except MindRouterError as exc:
-            outcome = "error"
+            status, error = "error", exc
             yield StreamFailed(exc)
         except Exception as exc:
-            outcome = "error"
-            log.exception("stream relay failed", backend=backend.name)
-            yield StreamFailed(InternalError(f"the stream failed inside the gateway: {exc}"))
+            log.exception("stream relay failed", backend=ctx.backend)
+            status, error = "error", InternalError(f"the stream failed inside the gateway: {exc}")
+            yield StreamFailed(error)
         finally:
-            backend.in_flight -= 1
             await events.aclose()
-            self._log_done(ctx, model, outcome, usage)
+            if usage is None and produced:
+                # The stream broke off: charge what was generated, one token per chunk.
+                usage = Usage(input_tokens=flight.est_input, output_tokens=produced, estimated=True)
+            await flight.close(status, usage, "".join(pieces), error)
+            self._log_done(ctx, model, status, usage, error)
 
     def _log_done(
         self,

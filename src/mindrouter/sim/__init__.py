@@ -15,9 +15,18 @@ Module map:
     playback    pacing a reply over HTTP: slots, TTFT, tokens/s, disconnects, dropped streams
     metrics     Prometheus text and the per-route request counter
     control     POST /sim/control, GET /sim/requests
-    openai_*    OpenAI-shaped decoding, encoding and endpoints shared by vLLM and llama.cpp
-    vllm, llamacpp, ollama, ollama_models   the engines
-    cli         `mindrouter sim` arguments and runner
+    openai_decode, openai_chat   OpenAI-shaped requests (completions, embeddings; chat)
+    openai_encode, openai_server OpenAI-shaped responses and endpoints (vLLM and llama.cpp)
+    vllm        vLLM: error shapes, context rules, /tokenize, /metrics, /health, /version
+    llamacpp    llama.cpp: error shapes, /props, /slots, /tokenize, /apply-template, /metrics
+    llamacpp_native   llama.cpp's native POST /completion
+    ollama      Ollama: /api/chat, /api/generate
+    ollama_models     Ollama: /api/tags, /api/ps, /api/show, /api/embed, /api/embeddings
+    ollama_wire       Ollama: NDJSON encoder, timestamps, keep_alive
+    cli         `mindrouter sim` arguments and runner (also `python -m mindrouter.sim`)
+
+Every engine also serves `POST /sim/control`, `GET /sim/requests` and, in `/metrics`,
+`mindrouter_sim_requests_total{route,status}`.
 """
 
 from __future__ import annotations

@@ -112,6 +112,7 @@ class GenerationResponse:
     def __init__(self, state: SimState, job: Job) -> None:
         self.state = state
         self.job = job
+        job.record.stream = job.stream
         self._completing = False
         self._released = False
 

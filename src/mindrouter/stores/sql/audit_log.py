@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, null, select, update
+from sqlalchemy import ColumnElement, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from mindrouter.errors import InvalidRequest
@@ -74,8 +74,9 @@ class SqlAuditLog:
         return None if row is None else _entry(row)
 
     async def query(self, where: AuditFilter) -> list[AuditEntry]:
-        """Newest first. `user` matches the user's current id or the name recorded at the time
-        (so records of a renamed or deleted user are still found); `key` is an id or prefix."""
+        """Newest first. `user` matches the name recorded at the time or the id of the user who
+        has that name now (so a renamed or deleted user's records are still found); `key` is a
+        key id or prefix."""
         if not 1 <= where.limit <= MAX_LIMIT:
             raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}", param="limit")
         t = audit_records.c
@@ -83,7 +84,8 @@ class SqlAuditLog:
         async with reading(self.engine) as conn:
             if where.user is not None:
                 uid = await conn.scalar(select(users.c.id).where(users.c.name == where.user))
-                query = query.where(t.user_name == where.user if uid is None else t.user_id == uid)
+                by_name = t.user_name == where.user
+                query = query.where(by_name if uid is None else or_(by_name, t.user_id == uid))
             if where.key is not None:
                 query = query.where(_key_clause(where.key))
             if where.model is not None:

@@ -18,17 +18,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import bindparam, insert, update
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SqlTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from mindrouter.errors import InternalError
 from mindrouter.observability.logging import log
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
 from mindrouter.stores.sql.schema import audit_records
+from mindrouter.stores.sql.transactions import DATABASE_ERRORS
 
 MAX_BATCH = 500
 COMPLETE_RETRIES = 5
 _ERROR_TEXT_LIMIT = 8_000
+# A record the driver cannot serialise fails with TypeError / ValueError, before any SQL runs.
+WRITE_ERRORS: tuple[type[Exception], ...] = (*DATABASE_ERRORS, TypeError, ValueError)
 
 
 @dataclass(slots=True)
@@ -106,6 +110,14 @@ _COMPLETE = (
 )
 
 
+def _unreachable(exc: BaseException | None) -> bool:
+    """A failure of the connection rather than of the rows: retrying row by row would only
+    repeat it once per row."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, OSError | OperationalError | InterfaceError | SqlTimeoutError)
+
+
 class AuditWriter:
     def __init__(self, engine: AsyncEngine, *, max_batch: int = MAX_BATCH) -> None:
         self.engine = engine
@@ -155,18 +167,21 @@ class AuditWriter:
                     await self._write_begins()
                 else:
                     await self._write_completions()
-        except BaseException:
+        except BaseException as exc:
             # Cancelled (event loop shutting down) or a bug: nobody may wait forever.
             pending, self._begins = self._begins, []
             for _, future in pending:
                 self._settle(future, InternalError("the audit writer stopped"))
+            if isinstance(exc, Exception):
+                log.error("the audit writer failed", exc_info=exc)
+                return
             raise
 
     async def _write_begins(self) -> None:
         batch, self._begins = self._begins[: self.max_batch], self._begins[self.max_batch :]
         try:
             failure = await self._insert([values for values, _ in batch])
-            if failure is not None and len(batch) > 1:
+            if failure is not None and len(batch) > 1 and not _unreachable(failure.__cause__):
                 # One bad record (say, messages that cannot be serialised) must not fail the
                 # requests that happened to share its transaction: retry each on its own.
                 for values, future in batch:
@@ -183,9 +198,11 @@ class AuditWriter:
         try:
             async with self.engine.begin() as conn:
                 await conn.execute(insert(audit_records), rows)
-        except (SQLAlchemyError, TypeError, ValueError) as exc:
+        except WRITE_ERRORS as exc:
             log.error("audit records could not be written", error=str(exc), records=len(rows))
-            return InternalError("the audit record could not be written")
+            failure = InternalError("the audit record could not be written")
+            failure.__cause__ = exc
+            return failure
         self.stats.begin_batches += 1
         self.stats.begun += len(rows)
         return None
@@ -206,7 +223,7 @@ class AuditWriter:
         try:
             async with self.engine.begin() as conn:
                 await conn.execute(_COMPLETE, batch)
-        except (SQLAlchemyError, TypeError, ValueError) as exc:
+        except WRITE_ERRORS as exc:
             self._complete_failures += 1
             if self._complete_failures >= COMPLETE_RETRIES:
                 log.error("audit outcomes dropped", error=str(exc), records=len(batch))

@@ -14,8 +14,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from mindrouter.stores.sql.transactions import DATABASE_ERRORS
 
 SCRIPT_LOCATION = "mindrouter.stores.sql:migrations"
 
@@ -65,7 +66,7 @@ async def schema_state(engine: AsyncEngine) -> SchemaState:
     try:
         async with engine.connect() as conn:
             current = await conn.run_sync(_current)
-    except (SQLAlchemyError, OSError) as exc:
+    except DATABASE_ERRORS as exc:
         raise DatabaseUnavailable(f"cannot read the database schema version: {exc}") from exc
     return SchemaState(current=current, head=head_revision())
 
@@ -109,5 +110,5 @@ async def _run(engine: AsyncEngine, verb: str, revision: str) -> None:
     try:
         async with engine.begin() as conn:
             await conn.run_sync(run)
-    except (SQLAlchemyError, OSError) as exc:
+    except DATABASE_ERRORS as exc:
         raise MigrationFailed(f"{verb} to {revision} failed: {exc}") from exc

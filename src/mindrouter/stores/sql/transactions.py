@@ -22,6 +22,10 @@ from mindrouter.observability.logging import log
 # A result row of any shape; the stores read columns by name.
 AnyRow = Row[*tuple[Any, ...]]
 
+# What a database failure looks like: SQLAlchemy's errors, and the OSError (connection refused,
+# timed out) that some drivers raise unwrapped while connecting.
+DATABASE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, OSError)
+
 UNAVAILABLE = "the database is unavailable or failed; the error has been logged"
 
 
@@ -39,7 +43,7 @@ async def writing(
             yield conn
     except IntegrityError as exc:
         raise InvalidRequest(conflict) from exc
-    except SQLAlchemyError as exc:
+    except DATABASE_ERRORS as exc:
         log.error("database write failed", error=str(exc))
         raise InternalError(UNAVAILABLE) from exc
 
@@ -49,6 +53,6 @@ async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     try:
         async with engine.connect() as conn:
             yield conn
-    except SQLAlchemyError as exc:
+    except DATABASE_ERRORS as exc:
         log.error("database read failed", error=str(exc))
         raise InternalError(UNAVAILABLE) from exc

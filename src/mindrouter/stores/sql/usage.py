@@ -15,14 +15,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, insert, select, update
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from mindrouter.errors import InternalError, InvalidRequest, NotFound
 from mindrouter.observability.logging import log
 from mindrouter.stores.records import UsageCounters
 from mindrouter.stores.sql.schema import groups, usage, users
-from mindrouter.stores.sql.transactions import UNAVAILABLE, AnyRow, reading, utcnow
+from mindrouter.stores.sql.transactions import DATABASE_ERRORS, UNAVAILABLE, AnyRow, reading, utcnow
 
 MAX_ATTEMPTS = 10
 
@@ -88,7 +88,7 @@ class SqlUsageStore:
                         return done
             except IntegrityError:
                 continue  # another process created the row first: read it and add to it
-            except SQLAlchemyError as exc:
+            except DATABASE_ERRORS as exc:
                 log.error("usage update failed", error=str(exc), user_id=user_id)
                 raise InternalError(UNAVAILABLE) from exc
         raise InternalError("usage counters are too contended to update; try again")

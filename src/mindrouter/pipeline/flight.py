@@ -1,0 +1,254 @@
+"""One request's passage through the gated stages: admit, audit, schedule — and the clean-up.
+
+`Flight.open()` runs stages 4–6 (limits, the durable audit record, the fair gate); the caller
+then dispatches, holding a backend slot through `take()`; `Flight.close()` runs stage 12 exactly
+once, however the request ended, in a task that cancellation cannot interrupt:
+
+    1. release the backend slot and let the fair gate hand it to the next waiter
+    2. mark the model as loaded
+    3. complete the audit record
+    4. settle the limit counters (quota; Redis when configured)
+    5. queue the tokens for the durable usage rows
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from mindrouter.canonical import AnyRequest, ChatRequest, CompletionRequest, ImagePart, Usage
+from mindrouter.errors import MindRouterError, Overloaded
+from mindrouter.observability.logging import log
+from mindrouter.pipeline.context import RequestContext
+from mindrouter.pipeline.services import Services
+from mindrouter.pipeline.usage_sync import limit_key
+from mindrouter.routing.catalog import BackendState, ModelSpec
+from mindrouter.scheduling import Job
+from mindrouter.stores.audit_records import AuditOutcome, AuditStart
+from mindrouter.stores.limits import Limits, Ticket
+from mindrouter.tokens import (
+    estimate_chat_input,
+    estimate_completion_input,
+    estimate_embedding_input,
+)
+
+Status = Literal["ok", "error", "cancelled"]
+
+# What a request is assumed to generate when it does not say (for reservations and the queue).
+DEFAULT_OUTPUT_ESTIMATE = 512
+
+# Clean-up tasks are kept referenced until they finish: cancellation of the request must not
+# let them be garbage-collected half way.
+_CLOSING: set[asyncio.Task[None]] = set()
+
+
+def estimate_input(req: AnyRequest) -> int:
+    if isinstance(req, ChatRequest):
+        return estimate_chat_input(req)
+    if isinstance(req, CompletionRequest):
+        return estimate_completion_input(req)
+    return estimate_embedding_input(req)
+
+
+def estimate_output(req: AnyRequest) -> int:
+    if isinstance(req, ChatRequest | CompletionRequest):
+        requested = req.sampling.max_tokens
+        return requested if requested is not None else DEFAULT_OUTPUT_ESTIMATE
+    return 0
+
+
+def audit_messages(req: AnyRequest) -> Any:
+    """The conversation as plain JSON, whatever dialect it came in."""
+    if isinstance(req, ChatRequest):
+        out = []
+        for m in req.messages:
+            item: dict[str, Any] = {"role": m.role, "content": m.text()}
+            images = [p for p in m.content if isinstance(p, ImagePart)]
+            if images:
+                item["images"] = len(images)
+            if m.reasoning:
+                item["reasoning"] = m.reasoning
+            if m.tool_calls:
+                item["tool_calls"] = [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+                ]
+            if m.tool_call_id:
+                item["tool_call_id"] = m.tool_call_id
+            out.append(item)
+        return out
+    if isinstance(req, CompletionRequest):
+        return [{"role": "prompt", "content": p} for p in req.prompt]
+    return [
+        {"role": "input", "content": i if isinstance(i, str) else f"<{len(i)} token ids>"}
+        for i in req.inputs
+    ]
+
+
+class Flight:
+    def __init__(
+        self, services: Services, ctx: RequestContext, req: AnyRequest, spec: ModelSpec
+    ) -> None:
+        assert ctx.principal is not None
+        self.s = services
+        self.ctx = ctx
+        self.req = req
+        self.spec = spec
+        self.principal = ctx.principal
+        self.est_input = estimate_input(req)
+        self.est_output = estimate_output(req)
+        self.ticket: Ticket | None = None
+        self.audit_uuid: str | None = None
+        self.job: Job | None = None
+        self.backend: BackendState | None = None
+        self.queued_ms: float | None = None
+        self._closed = False
+
+    # -- stages 4 to 6 --------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        p = self.principal
+        s = self.s
+        await s.usage.ensure_seeded(p.user_id)
+        limits = Limits(p.token_budget, p.rpm, p.max_concurrent, p.budget_period_days)
+        self.ticket = await s.limits.admit(
+            limit_key(p.user_id), limits, self.est_input + self.est_output, s.wall()
+        )
+        try:
+            start = AuditStart(
+                user_id=p.user_id,
+                user_name=p.user_name,
+                key_id=p.key_id,
+                key_prefix=p.key_prefix,
+                model=self.spec.name,
+                endpoint=self.ctx.endpoint,
+                messages=audit_messages(self.req),
+                stream=bool(getattr(self.req, "stream", False)),
+                client_ip=self.ctx.client_ip,
+                user_agent=self.ctx.user_agent,
+                request_id=self.ctx.request_id,
+            )
+            await s.audit.begin(start)
+            self.audit_uuid = start.uuid
+            await self._schedule()
+        except BaseException as exc:
+            status: Status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
+            err = exc if isinstance(exc, MindRouterError) else None
+            await self.close(status, None, None, err)
+            raise
+
+    async def _schedule(self) -> None:
+        s = self.s
+        modality = self.req.modality
+        job = Job(
+            id=self.ctx.request_id,
+            user=limit_key(self.principal.user_id),
+            model=self.spec.name,
+            weight=self.principal.scheduler_weight,
+            est_prompt_tokens=self.est_input,
+            est_output_tokens=self.est_output,
+            modality="chat" if modality == "completion" else modality,
+            enqueued_at=s.clock(),
+        )
+        try:
+            await s.gate.acquire(job, self._has_capacity, timeout=s.capacity_wait)
+        except TimeoutError:
+            raise Overloaded(
+                f"no backend had room for model '{self.spec.name}' within "
+                f"{s.capacity_wait:g} s; the cluster is busy, try again shortly"
+            ) from None
+        self.job = job
+        self.queued_ms = (s.clock() - job.enqueued_at) * 1000
+
+    def _has_capacity(self, model: str) -> bool:
+        return any(
+            b.healthy and b.in_flight < b.max_concurrent for b, _ in self.s.catalog.serving(model)
+        )
+
+    # -- backend slots --------------------------------------------------------------------------
+
+    def take(self, backend: BackendState) -> None:
+        """Hold a slot on `backend` (giving back the one held before, on a retry)."""
+        self.drop()
+        backend.in_flight += 1
+        self.backend = backend
+        self.ctx.backend = backend.name
+
+    def drop(self) -> None:
+        b = self.backend
+        if b is not None:
+            b.in_flight -= 1
+            self.backend = None
+            for model in b.serves:
+                if model != self.spec.name:
+                    self.s.gate.release(model)
+
+    def charge_output(self, tokens: int) -> None:
+        if self.job is not None and tokens > 0:
+            self.s.gate.queue.charge(self.job, tokens)
+
+    # -- stage 12 -------------------------------------------------------------------------------
+
+    async def close(
+        self,
+        status: Status,
+        usage: Usage | None,
+        output: str | None,
+        error: MindRouterError | None,
+    ) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        task = asyncio.ensure_future(self._close(status, usage, output, error))
+        _CLOSING.add(task)
+        task.add_done_callback(_CLOSING.discard)
+        await asyncio.shield(task)
+
+    async def _close(
+        self,
+        status: Status,
+        usage: Usage | None,
+        output: str | None,
+        error: MindRouterError | None,
+    ) -> None:
+        s = self.s
+        # Whoever ends the request passes what was really used (partial usage included);
+        # a request that never produced anything costs nothing.
+        used_in = usage.input_tokens if usage else 0
+        used_out = usage.output_tokens if usage else 0
+        used = used_in + used_out
+        # 1. The slot first, so the next waiter can start while we write records.
+        had_backend = self.backend is not None
+        self.drop()
+        if self.job is not None:
+            s.gate.finish(self.job, used_in, used_out)
+        # 2. The model is resident on the backend that served it.
+        if status == "ok" and had_backend:
+            s.catalog.mark_used(self.spec.name, s.clock())
+        # 3. The audit record.
+        if self.audit_uuid is not None:
+            now = s.clock()
+            first = self.ctx.first_token_at
+            s.audit.complete(
+                self.audit_uuid,
+                AuditOutcome(
+                    status=status,
+                    output=output,
+                    input_tokens=used_in if used else None,
+                    output_tokens=used_out if used else None,
+                    error_message=error.message if error else None,
+                    backend=self.ctx.backend,
+                    attempts=self.ctx.attempts,
+                    queued_ms=self.queued_ms,
+                    first_token_ms=(first - self.ctx.received_at) * 1000 if first else None,
+                    total_ms=(now - self.ctx.received_at) * 1000,
+                    completed_at=datetime.now(UTC),
+                ),
+            )
+        # 4. and 5. The quota counters, then the durable usage rows.
+        if self.ticket is not None:
+            try:
+                await s.limits.settle(self.ticket, used, s.wall())
+            except Exception as exc:
+                log.error("settling limits failed", error=str(exc), tokens=used)
+            s.usage.record(self.principal.user_id, used)

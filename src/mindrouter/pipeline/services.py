@@ -1,0 +1,41 @@
+"""The ports the pipeline stages talk to, gathered once by the composition root."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mindrouter.backends.base import EngineAdapter
+from mindrouter.identity.principal import Principal
+from mindrouter.pipeline.usage_sync import UsageSync
+from mindrouter.routing.catalog import Catalog
+from mindrouter.scheduling import CapacityGate
+from mindrouter.stores.audit_records import AuditOutcome, AuditStart
+from mindrouter.stores.limits import LimitStore
+
+
+class Authenticate(Protocol):
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal: ...
+
+
+class AuditSink(Protocol):
+    async def begin(self, record: AuditStart) -> None: ...
+
+    def complete(self, uuid: str, outcome: AuditOutcome) -> None: ...
+
+
+@dataclass(slots=True)
+class Services:
+    catalog: Catalog
+    adapters: dict[str, EngineAdapter]
+    authenticator: Authenticate
+    limits: LimitStore
+    audit: AuditSink
+    gate: CapacityGate
+    usage: UsageSync
+    max_attempts: int = 3
+    capacity_wait: float = 150.0
+    clock: Callable[[], float] = field(default=time.monotonic)
+    wall: Callable[[], float] = field(default=time.time)
