@@ -20,6 +20,7 @@ from mindrouter.http.common import json_response, new_context
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
+from mindrouter.http.usage_routes import usage_routes
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.gateway import Gateway
@@ -186,6 +187,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
 
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.include_router(admin_router(stores, authenticator))
+    app.router.routes.extend(usage_routes(gateway, stores))
     app.router.routes.extend(openai_routes(gateway, settings))
     app.router.routes.extend(anthropic_routes(gateway, settings))
     app.router.routes.extend(ollama_routes(gateway, settings))

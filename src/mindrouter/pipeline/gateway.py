@@ -46,8 +46,10 @@ from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.flight import Flight, Status
 from mindrouter.pipeline.services import Services
+from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.routing.catalog import BackendState, ModelSpec, check_modality
 from mindrouter.routing.select import rank_backends
+from mindrouter.stores.limits import Limits, UsageSnapshot
 from mindrouter.tokens import estimate_chat_input
 
 R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest)
@@ -98,6 +100,11 @@ class Gateway:
             if count is not None:
                 return count
         return estimate_chat_input(req)
+
+    async def usage_of(self, user_id: int, limits: Limits) -> UsageSnapshot:
+        """A user's counters as the limit store sees them (loaded from the database first)."""
+        await self.s.usage.ensure_seeded(user_id)
+        return await self.s.limits.snapshot(limit_key(user_id), limits, self.s.wall())
 
     # -- streams -------------------------------------------------------------------------------
 
