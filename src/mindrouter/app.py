@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from mindrouter.backends import build_adapter
 from mindrouter.backends.base import EngineAdapter
+from mindrouter.backends.monitor import BackendMonitor, MonitorTarget
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
 from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
@@ -26,6 +27,7 @@ from mindrouter.observability.logging import log
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
+from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import BackendState, Catalog, ModelSpec
 from mindrouter.scheduling import CapacityGate, FairQueue, InMemoryFairShareState
 from mindrouter.settings import Settings
@@ -65,6 +67,7 @@ def build_catalog(settings: Settings) -> Catalog:
                 priority=b.priority,
                 gpu=b.gpu,
                 serves=serves,
+                breaker=Breaker(settings.breaker_threshold, settings.breaker_cooldown_s),
             )
         )
     return Catalog(specs, backends)
@@ -110,6 +113,7 @@ class Runtime:
     limits: LimitStore
     usage: UsageSync
     adapters: dict[str, EngineAdapter]
+    monitor: BackendMonitor
 
 
 def _error_handlers(app: FastAPI) -> None:
@@ -163,13 +167,22 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         capacity_wait=settings.capacity_wait_s,
     )
     gateway = Gateway(services)
-    runtime = Runtime(stores, authenticator, limits, usage, adapters)
+    monitor = BackendMonitor(
+        catalog,
+        [
+            MonitorTarget(b.name, b.engine, b.url, b.models is None, b.api_key)
+            for b in settings.backends
+        ],
+        interval=settings.health_interval_s,
+    )
+    runtime = Runtime(stores, authenticator, limits, usage, adapters, monitor)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await apply_config(stores, settings)
         await authenticator.start()
         await usage.start()
+        await monitor.start()
         try:
             yield
         finally:
@@ -197,6 +210,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
 async def _shutdown(rt: Runtime) -> None:
     """Stop taking work, write what is pending, then close connections; each step regardless."""
     steps = [
+        rt.monitor.stop,
         rt.authenticator.stop,
         rt.usage.stop,
         rt.limits.close,

@@ -83,6 +83,9 @@ class Settings:
     redis_unavailable: Literal["fail_closed", "fail_open"] = "fail_closed"
     trusted_proxies: list[str] = field(default_factory=list)
     usage_flush_s: float = 30.0
+    health_interval_s: float = 10.0
+    breaker_threshold: int = 3
+    breaker_cooldown_s: float = 30.0
     groups: list[GroupSettings] = field(default_factory=list)
     users: list[UserSettings] = field(default_factory=list)
     backends: list[BackendSettings] = field(default_factory=list)
@@ -222,6 +225,11 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     s.usage_flush_s = _get(raw, "usage_flush_s", float, "", s.usage_flush_s)
     if not 0 < s.usage_flush_s <= 60:
         raise ConfigError("usage_flush_s: between 0 and 60 seconds")
+    s.health_interval_s = _get(raw, "health_interval_s", float, "", s.health_interval_s)
+    s.breaker_threshold = _get(raw, "breaker_threshold", int, "", s.breaker_threshold)
+    s.breaker_cooldown_s = _get(raw, "breaker_cooldown_s", float, "", s.breaker_cooldown_s)
+    if s.health_interval_s <= 0 or s.breaker_threshold < 1 or s.breaker_cooldown_s < 0:
+        raise ConfigError("health_interval_s, breaker_threshold and breaker_cooldown_s: positive")
     s.groups = [_group(d, f"groups[{i}]") for i, d in enumerate(_items(raw, "groups"))]
     s.users = [
         UserSettings(_name(d, f"users[{i}]"), _get(d, "group", str, f"users[{i}]", "default"))

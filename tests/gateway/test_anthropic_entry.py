@@ -15,7 +15,7 @@ import anthropic
 import httpx
 import pydantic
 import pytest
-from anthropic.types import Message, MessageTokensCount, RawMessageStreamEvent
+from anthropic.types import Message, MessageParam, MessageTokensCount, RawMessageStreamEvent
 
 from mindrouter.canonical import (
     Done,
@@ -61,7 +61,7 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 32
 
 @pytest.fixture(scope="module")
 def claude(stack: Stack) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=stack.url + "/anthropic", api_key="unused", max_retries=0)
+    return anthropic.Anthropic(base_url=stack.url + "/anthropic", api_key=stack.key, max_retries=0)
 
 
 # -- raw helpers (shared with the matrix) ------------------------------------------------------
@@ -69,7 +69,7 @@ def claude(stack: Stack) -> anthropic.Anthropic:
 
 def post_message(stack: Stack, body: dict[str, Any]) -> Message:
     """A non-streamed reply, validated strictly."""
-    r = HTTP.post(stack.url + MESSAGES, json=body)
+    r = HTTP.post(stack.url + MESSAGES, json=body, headers=stack.auth)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("application/json")
     message = Message.model_validate(r.json())
@@ -81,7 +81,7 @@ def post_message(stack: Stack, body: dict[str, Any]) -> Message:
 def read_events(stack: Stack, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The events of a streamed reply, raw: each one must have an `event:` line naming its type."""
     events: list[dict[str, Any]] = []
-    with HTTP.stream("POST", stack.url + MESSAGES, json=body) as r:
+    with HTTP.stream("POST", stack.url + MESSAGES, json=body, headers=stack.auth) as r:
         assert r.status_code == 200, r.read()
         assert r.headers["content-type"].startswith("text/event-stream")
         name: str | None = None
@@ -152,9 +152,10 @@ def fold_events(events: list[dict[str, Any]]) -> Streamed:
             open_index = event["index"]
             signed = False
         elif kind == "content_block_delta":
-            assert event["index"] == open_index, "a delta for a block that is not open"
+            index = event["index"]
+            assert index == open_index, "a delta for a block that is not open"
             assert not signed, "nothing may follow a signature_delta"
-            block = blocks[open_index]
+            block = blocks[index]
             delta = event["delta"]
             assert delta["type"] in _DELTAS_BY_BLOCK[block["type"]], (block, delta)
             if delta["type"] == "text_delta":
@@ -166,15 +167,16 @@ def fold_events(events: list[dict[str, Any]]) -> Streamed:
                 signed = True
             else:
                 piece = delta["partial_json"]
-                streamed.tool_json[open_index] = streamed.tool_json.get(open_index, "") + piece
-                streamed.tool_pieces[open_index] = streamed.tool_pieces.get(open_index, 0) + 1
+                streamed.tool_json[index] = streamed.tool_json.get(index, "") + piece
+                streamed.tool_pieces[index] = streamed.tool_pieces.get(index, 0) + 1
         elif kind == "content_block_stop":
-            assert event["index"] == open_index
-            block = blocks[open_index]
+            index = event["index"]
+            assert index == open_index, "a stop for a block that is not open"
+            block = blocks[index]
             if block["type"] == "thinking":
                 assert signed and block["signature"], "a thinking block must be signed"
             if block["type"] == "tool_use":
-                block["input"] = json.loads(streamed.tool_json.get(open_index) or "{}")
+                block["input"] = json.loads(streamed.tool_json.get(index) or "{}")
             open_index = None
         else:
             raise AssertionError(f"unexpected event {kind!r} inside the message")
@@ -297,7 +299,7 @@ def test_sdk_streamed_tool_input_is_the_backend_json(
         assert len(pieces) == 1
         assert json.loads(pieces[0]) == produced
         assert call.input == produced
-    assert call.input["note"] == NOTE  # type: ignore[index]
+    assert call.input["note"] == NOTE
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -353,14 +355,14 @@ def test_sdk_thinking_and_tool_loop(claude: anthropic.Anthropic, engine: str) ->
         "thinking": {"type": "enabled", "budget_tokens": 1024},
         "tools": [WEATHER_TOOL],
     }
-    question = {"role": "user", "content": "Weather in Oslo?"}
+    question: MessageParam = {"role": "user", "content": "Weather in Oslo?"}
     with claude.messages.stream(messages=[question], **kwargs) as s:
         first = s.get_final_message()
     assert [b.type for b in first.content] == ["thinking", "tool_use"]
     assert first.stop_reason == "tool_use"
     call = first.content[1]
     assert call.type == "tool_use"
-    answer = {
+    answer: MessageParam = {
         "role": "user",
         "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "4°C, rain"}],
     }
@@ -424,9 +426,11 @@ def test_sdk_typed_errors(claude: anthropic.Anthropic, engine: str) -> None:
     with pytest.raises(anthropic.NotFoundError) as not_found:
         claude.messages.create(model="no-such-model", max_tokens=16, messages=user)
     assert not_found.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
-    with pytest.raises(anthropic.NotFoundError):
-        with claude.messages.stream(model="no-such-model", max_tokens=16, messages=user) as s:
-            s.get_final_message()
+    with (
+        pytest.raises(anthropic.NotFoundError),
+        claude.messages.stream(model="no-such-model", max_tokens=16, messages=user) as s,
+    ):
+        s.get_final_message()
     with pytest.raises(anthropic.NotFoundError):
         claude.messages.count_tokens(model="no-such-model", messages=user)
     with pytest.raises(anthropic.BadRequestError) as bad:
@@ -476,7 +480,11 @@ def test_x_api_key_and_any_version_accepted(stack: Stack) -> None:
             "max_tokens": 8,
             "messages": [{"role": "user", "content": "x"}],
         },
-        headers={"x-api-key": "k", "anthropic-version": "2099-01-01", "anthropic-beta": "a,b"},
+        headers={
+            "x-api-key": stack.key,
+            "anthropic-version": "2099-01-01",
+            "anthropic-beta": "a,b",
+        },
     )
     assert r.status_code == 200, r.text
     Message.model_validate(r.json())

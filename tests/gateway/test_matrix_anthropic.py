@@ -129,6 +129,7 @@ def test_image(stack: Stack, engine: str, stream: bool) -> None:
     refused = HTTP.post(
         stack.url + MESSAGES,
         json={"model": f"chat-{engine}", "max_tokens": 64, "messages": messages, "stream": stream},
+        headers=stack.auth,
     )
     assert refused.status_code == 400
     assert refused.json()["error"]["type"] == "invalid_request_error"
@@ -244,13 +245,16 @@ def test_json_schema(stack: Stack, engine: str, stream: bool) -> None:
     assert m.stop_reason == "end_turn"
 
 
-def test_thinking(stack: Stack, engine: str, stream: bool) -> None:
-    body = {
-        "model": f"think-{engine}",
-        "max_tokens": 2048,
-        "thinking": {"type": "enabled", "budget_tokens": 1024},
-        "messages": _user("Think first"),
-    }
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"thinking": {"type": "enabled", "budget_tokens": 1024}},
+        {"thinking": {"type": "adaptive"}, "output_config": {"effort": "low"}},
+    ],
+    ids=["enabled", "adaptive"],
+)
+def test_thinking(stack: Stack, engine: str, stream: bool, config: dict[str, Any]) -> None:
+    body = {"model": f"think-{engine}", "max_tokens": 2048, "messages": _user("Think"), **config}
     m = run(stack, body, stream)
     assert [b.type for b in m.content] == ["thinking", "text"]
     thinking, text = m.content

@@ -3,15 +3,21 @@ naming the problem, never a 500.
 
 Anthropic: `{"type":"error","error":{"type":…,"message":…},"request_id":…}` (PROTOCOLS §2.5).
 Ollama: `{"error":"<text>"}`, a plain string (PROTOCOLS §3.7).
+Requests without a valid API key get 401 in the same shapes, and a backend that breaks off in
+the middle of a stream is reported in-band in each dialect's own way.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from typing import Any
 
+import anthropic
+import ollama
 import pytest
 
-from tests.gateway.stack import Stack
+from tests.gateway.stack import ENGINES, Stack
 from tests.gateway.test_ollama_entry import HTTP
 
 MESSAGES = "/anthropic/v1/messages"
@@ -306,9 +312,9 @@ ANTHROPIC_CASES: list[tuple[str, str, object, int, str, str]] = [
 
 def _send(stack: Stack, path: str, body: object) -> Any:
     if isinstance(body, bytes):
-        headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json", **stack.auth}
         return HTTP.post(stack.url + path, content=body, headers=headers)
-    return HTTP.post(stack.url + path, json=body)
+    return HTTP.post(stack.url + path, json=body, headers=stack.auth)
 
 
 @pytest.mark.parametrize(
@@ -489,3 +495,117 @@ def test_ollama_malformed(stack: Stack, path: str, body: object, status: int, te
     # A plain string: the SDK stores whatever `error` holds as the exception message.
     assert list(data) == ["error"] and isinstance(data["error"], str)
     assert text in data["error"], data
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer mr2_wrong"}, {"x-api-key": "nope"}],
+    ids=["no key", "wrong bearer", "wrong x-api-key"],
+)
+@pytest.mark.parametrize("path", [MESSAGES, COUNT, "/anthropic/v1/models"])
+def test_anthropic_unauthenticated(stack: Stack, path: str, headers: dict[str, str]) -> None:
+    if path.endswith("/models"):
+        r = HTTP.get(stack.url + path, headers=headers)
+    else:
+        r = HTTP.post(stack.url + path, json=OK_MESSAGES, headers=headers)
+    assert r.status_code == 401, r.text
+    data = r.json()
+    assert data["type"] == "error" and data["error"]["type"] == "authentication_error"
+
+
+def test_anthropic_sdk_authentication_error(stack: Stack) -> None:
+    client = anthropic.Anthropic(
+        base_url=stack.url + "/anthropic", api_key="mr2_wrong", max_retries=0
+    )
+    with pytest.raises(anthropic.AuthenticationError):
+        client.messages.create(model="chat-vllm", max_tokens=8, messages=USER)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "headers", [{}, {"Authorization": "Bearer mr2_wrong"}], ids=["no key", "wrong bearer"]
+)
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/api/chat", OK_CHAT),
+        ("POST", "/api/generate", OK_GENERATE),
+        ("POST", "/api/embed", OK_EMBED),
+        ("POST", "/api/show", {"model": "chat-vllm"}),
+        ("GET", "/api/tags", None),
+        ("GET", "/api/ps", None),
+    ],
+)
+def test_ollama_unauthenticated(
+    stack: Stack, method: str, path: str, body: object, headers: dict[str, str]
+) -> None:
+    r = HTTP.request(method, stack.url + path, json=body, headers=headers)
+    assert r.status_code == 401, r.text
+    data = r.json()
+    assert list(data) == ["error"] and isinstance(data["error"], str)
+
+
+def test_ollama_sdk_authentication_error(stack: Stack) -> None:
+    with pytest.raises(ollama.ResponseError) as exc:
+        ollama.Client(host=stack.url).chat(model="chat-vllm", messages=USER)
+    assert exc.value.status_code == 401
+
+
+@pytest.fixture
+def dropping(stack: Stack, request: pytest.FixtureRequest) -> Iterator[str]:
+    """Makes one engine cut its streams after three chunks, for the duration of a test."""
+    engine: str = request.param
+    config = stack.sim_state(engine).config
+    config.drop_after = 3
+    try:
+        yield engine
+    finally:
+        config.drop_after = None
+
+
+@pytest.mark.parametrize("dropping", ENGINES, indirect=True)
+def test_anthropic_stream_broken_mid_way(stack: Stack, dropping: str) -> None:
+    body = {**OK_MESSAGES, "model": f"chat-{dropping}", "stream": True}
+    events: list[tuple[str, dict[str, Any]]] = []
+    with HTTP.stream("POST", stack.url + MESSAGES, json=body, headers=stack.auth) as r:
+        assert r.status_code == 200
+        name = ""
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                name = line[len("event: ") :]
+            elif line.startswith("data: "):
+                events.append((name, json.loads(line[len("data: ") :])))
+    # The failure is reported in-band and nothing pretends the message completed.
+    assert events[0][0] == "message_start"
+    name, data = events[-1]
+    assert name == "error" and data["type"] == "error"
+    assert data["error"]["type"] == "api_error" and data["error"]["message"]
+    assert not {"message_delta", "message_stop"} & {n for n, _ in events}
+    client = anthropic.Anthropic(
+        base_url=stack.url + "/anthropic", api_key=stack.key, max_retries=0
+    )
+    with (
+        pytest.raises(anthropic.APIStatusError),
+        client.messages.stream(
+            model=f"chat-{dropping}",
+            max_tokens=16,
+            messages=USER,  # type: ignore[arg-type]
+        ) as s,
+    ):
+        s.get_final_message()
+
+
+@pytest.mark.parametrize("dropping", ENGINES, indirect=True)
+def test_ollama_stream_broken_mid_way(stack: Stack, dropping: str) -> None:
+    body = {**OK_CHAT, "model": f"chat-{dropping}", "stream": True}
+    with HTTP.stream("POST", stack.url + "/api/chat", json=body, headers=stack.auth) as r:
+        assert r.status_code == 200
+        lines = [json.loads(line) for line in r.iter_lines()]
+    assert all(line.get("done") is False for line in lines[:-1])
+    assert list(lines[-1]) == ["error"] and isinstance(lines[-1]["error"], str)
+    client = ollama.Client(host=stack.url, headers=stack.auth)
+    with pytest.raises(ollama.ResponseError):
+        list(client.chat(model=f"chat-{dropping}", messages=USER, stream=True))
+    # Unstreamed, the same failure is an error status: nothing was sent yet.
+    with pytest.raises(ollama.ResponseError) as exc:
+        client.chat(model=f"chat-{dropping}", messages=USER)
+    assert exc.value.status_code == 502

@@ -103,6 +103,7 @@ def test_chat_image(stack: Stack, engine: str, stream: bool) -> None:
     refused = HTTP.post(
         stack.url + "/api/chat",
         json={"model": f"chat-{engine}", "messages": messages, "stream": stream},
+        headers=stack.auth,
     )
     assert refused.status_code == 400 and isinstance(refused.json()["error"], str)
 
@@ -211,7 +212,7 @@ def test_chat_num_predict(stack: Stack, engine: str, stream: bool) -> None:
 def test_generate_plain(stack: Stack, engine: str, stream: bool) -> None:
     r = generate(stack, {"model": f"chat-{engine}", "prompt": "Once upon a time"}, stream)
     assert r.model == f"chat-{engine}" and r.done_reason == "stop" and r.thinking is None
-    assert r.eval_count == len(r.response.split()) > 3
+    assert r.eval_count == len((r.response or "").split()) > 3
 
 
 def test_generate_system(stack: Stack, engine: str, stream: bool) -> None:
@@ -231,7 +232,7 @@ def test_generate_raw(stack: Stack, engine: str, stream: bool) -> None:
         "options": {"num_predict": 4},
     }
     r = generate(stack, body, stream)
-    assert r.done_reason == "length" and r.eval_count == 4 == len(r.response.split())
+    assert r.done_reason == "length" and r.eval_count == 4 == len((r.response or "").split())
     # An untemplated prompt goes to the backend's plain completion route.
     route, sent = last_backend_request(stack, engine)
     if engine == "ollama":
@@ -247,14 +248,14 @@ def test_generate_image(stack: Stack, engine: str, stream: bool) -> None:
         "images": [base64.b64encode(PNG).decode()],
     }
     r = generate(stack, body, stream)
-    assert r.response.startswith("(images:1)")
+    assert (r.response or "").startswith("(images:1)")
 
 
 def test_generate_json(stack: Stack, engine: str, stream: bool) -> None:
     r = generate(stack, {"model": f"chat-{engine}", "prompt": "JSON", "format": "json"}, stream)
-    assert isinstance(json.loads(r.response), dict)
+    assert isinstance(json.loads(r.response or ""), dict)
     r = generate(stack, {"model": f"chat-{engine}", "prompt": "A person", "format": SCHEMA}, stream)
-    person = json.loads(r.response)
+    person = json.loads(r.response or "")
     assert isinstance(person["name"], str) and isinstance(person["age"], int)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,14 +53,14 @@ WEATHER_TOOL: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def client(stack: Stack) -> ollama.Client:
-    return ollama.Client(host=stack.url)
+    return ollama.Client(host=stack.url, headers=stack.auth)
 
 
 # -- raw helpers (shared with the matrix) ------------------------------------------------------
 
 
 def post_json(stack: Stack, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    r = HTTP.post(stack.url + path, json=body)
+    r = HTTP.post(stack.url + path, json=body, headers=stack.auth)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("application/json")
     data: dict[str, Any] = r.json()
@@ -68,7 +69,7 @@ def post_json(stack: Stack, path: str, body: dict[str, Any]) -> dict[str, Any]:
 
 def read_ndjson(stack: Stack, path: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The lines of a streamed reply: one JSON object each, only the last one `done`."""
-    with HTTP.stream("POST", stack.url + path, json=body) as r:
+    with HTTP.stream("POST", stack.url + path, json=body, headers=stack.auth) as r:
         assert r.status_code == 200, r.read()
         assert r.headers["content-type"].startswith("application/x-ndjson")
         raw = r.read()
@@ -192,7 +193,7 @@ def test_sdk_generate(client: ollama.Client, engine: str) -> None:
     assert isinstance(whole, GenerateResponse) and whole.response
     check_metrics(whole)
     parts = list(client.generate(model=f"chat-{engine}", prompt="Once upon a time", stream=True))
-    assert "".join(p.response for p in parts).strip()
+    assert "".join(p.response or "" for p in parts).strip()
     check_metrics(parts[-1])
     short = client.generate(model=f"chat-{engine}", prompt="x", options={"num_predict": 2})
     assert short.done_reason == "length" and short.eval_count == 2
@@ -219,7 +220,9 @@ def test_sdk_embed(stack: Stack, client: ollama.Client, engine: str) -> None:
 
 def test_sdk_list_ps_show(stack: Stack, client: ollama.Client) -> None:
     listed = client.list()
-    raw_list = ListResponse.model_validate(HTTP.get(stack.url + "/api/tags").json())
+    raw_list = ListResponse.model_validate(
+        HTTP.get(stack.url + "/api/tags", headers=stack.auth).json()
+    )
     assert [m.model for m in listed.models] == [m.model for m in raw_list.models]
     names = {m.model for m in listed.models}
     assert {f"{prefix}-{e}" for prefix in KINDS for e in ENGINES} <= names
@@ -227,7 +230,7 @@ def test_sdk_list_ps_show(stack: Stack, client: ollama.Client) -> None:
 
     client.chat(model="chat-llamacpp", messages=[{"role": "user", "content": "warm up"}])
     running = client.ps()
-    ProcessResponse.model_validate(HTTP.get(stack.url + "/api/ps").json())
+    ProcessResponse.model_validate(HTTP.get(stack.url + "/api/ps", headers=stack.auth).json())
     warm = next(m for m in running.models if m.model == "chat-llamacpp")
     assert warm.expires_at is not None and warm.expires_at > datetime.now(UTC)
     assert warm.context_length == 8192
@@ -310,7 +313,7 @@ def test_sdk_format(client: ollama.Client, engine: str) -> None:
         "required": ["name", "age"],
     }
     g = client.generate(model=f"chat-{engine}", prompt="A person", format=schema)
-    person = json.loads(g.response)
+    person = json.loads(g.response or "")
     assert isinstance(person["name"], str) and isinstance(person["age"], int)
 
 
@@ -325,14 +328,14 @@ def test_sdk_images(stack: Stack, client: ollama.Client, engine: str) -> None:
     if engine == "ollama":
         assert sent["messages"][-1]["images"] == [base64.b64encode(PNG).decode()]
     g = client.generate(model=f"vision-{engine}", prompt="What?", images=[PNG])
-    assert g.response.startswith("(images:1)")
+    assert (g.response or "").startswith("(images:1)")
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sdk_typed_errors(client: ollama.Client, engine: str) -> None:
     missing = 'model "no-such-model" not found, try pulling it first'
     user = [{"role": "user", "content": "x"}]
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: client.chat(model="no-such-model", messages=user),
         lambda: list(client.chat(model="no-such-model", messages=user, stream=True)),
         lambda: client.generate(model="no-such-model", prompt="x"),
@@ -345,7 +348,7 @@ def test_sdk_typed_errors(client: ollama.Client, engine: str) -> None:
         with pytest.raises(ollama.ResponseError) as exc:
             call()
         assert exc.value.status_code == 404 and exc.value.error == missing
-    bad = [
+    bad: list[Callable[[], object]] = [
         lambda: client.chat(model=f"embed-{engine}", messages=user),
         lambda: client.embed(model=f"chat-{engine}", input="x"),
         lambda: client.chat(
@@ -385,4 +388,6 @@ def test_load_and_unload_calls(stack: Stack) -> None:
 def test_root_and_version(stack: Stack) -> None:
     root = HTTP.get(stack.url + "/")
     assert root.status_code == 200 and "Ollama is running" in root.text
-    assert isinstance(HTTP.get(stack.url + "/api/version").json()["version"], str)
+    assert isinstance(
+        HTTP.get(stack.url + "/api/version", headers=stack.auth).json()["version"], str
+    )

@@ -29,4 +29,5 @@ class RequestContext:
     principal: Principal | None = None
     backend: str | None = None
     attempts: int = 0
+    attempt_started_at: float = 0.0
     first_token_at: float | None = None

@@ -161,8 +161,10 @@ class Flight:
         self.queued_ms = (s.clock() - job.enqueued_at) * 1000
 
     def _has_capacity(self, model: str) -> bool:
+        now = self.s.clock()
         return any(
-            b.healthy and b.in_flight < b.max_concurrent for b, _ in self.s.catalog.serving(model)
+            b.usable(now) and b.in_flight < b.max_concurrent
+            for b, _ in self.s.catalog.serving(model)
         )
 
     # -- backend slots --------------------------------------------------------------------------
@@ -218,13 +220,14 @@ class Flight:
         used_out = usage.output_tokens if usage else 0
         used = used_in + used_out
         # 1. The slot first, so the next waiter can start while we write records.
-        had_backend = self.backend is not None
+        served_by = self.backend
         self.drop()
         if self.job is not None:
             s.gate.finish(self.job, used_in, used_out)
         # 2. The model is resident on the backend that served it.
-        if status == "ok" and had_backend:
+        if status == "ok" and served_by is not None:
             s.catalog.mark_used(self.spec.name, s.clock())
+            served_by.loaded.add(self.spec.name)
         # 3. The audit record.
         if self.audit_uuid is not None:
             now = s.clock()

@@ -44,6 +44,7 @@ from mindrouter.errors import (
 )
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
+from mindrouter.pipeline.fit import fit_context
 from mindrouter.pipeline.flight import Flight, Status
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import limit_key
@@ -90,7 +91,7 @@ class Gateway:
         """Input tokens of a chat request: a backend's own tokenizer where one is reachable,
         otherwise the gateway's estimate. Generates nothing, so it is not admitted or queued."""
         spec = self.resolve(req)
-        for backend, upstream in rank_backends(self.catalog.serving(spec.name)):
+        for backend, upstream in rank_backends(self.catalog.serving(spec.name), self.s.clock()):
             adapter = self.adapters[backend.name]
             try:
                 count = await adapter.count_chat_tokens(dataclasses.replace(req, model=upstream))
@@ -122,7 +123,7 @@ class Gateway:
         return spec
 
     def _plan(self, spec: ModelSpec) -> list[tuple[BackendState, str]]:
-        ranked = rank_backends(self.catalog.serving(spec.name))
+        ranked = rank_backends(self.catalog.serving(spec.name), self.s.clock(), spec.name)
         if not ranked:
             raise Overloaded(f"no healthy backend is serving model '{spec.name}' right now")
         return ranked[: self.s.max_attempts]
@@ -166,19 +167,41 @@ class Gateway:
     ) -> T:
         last: UpstreamError | None = None
         for backend, upstream in self._plan(spec):
-            flight.take(backend)
-            ctx.attempts += 1
+            self._start_attempt(ctx, flight, backend)
+            adapter = self.adapters[backend.name]
             try:
-                return await call(
-                    self.adapters[backend.name], dataclasses.replace(req, model=upstream)
-                )
+                result = await call(adapter, await self._fit(flight, req, upstream, adapter))
             except UpstreamRejected:
+                backend.breaker.on_success()  # it answered; the request was at fault
                 raise
             except UpstreamError as exc:
                 last = exc
-                log.warning("backend attempt failed", backend=backend.name, error=exc.message)
+                self._attempt_failed(backend, exc)
+                continue
+            backend.breaker.on_success()
+            return result
         assert last is not None
         raise last
+
+    async def _fit(self, flight: Flight, req: R, upstream: str, adapter: EngineAdapter) -> R:
+        """The request as this backend gets it: its model name, and its output fitted."""
+        named = dataclasses.replace(req, model=upstream)
+        if isinstance(named, EmbeddingRequest):
+            return named
+        fitted = await fit_context(named, flight.spec, flight.est_input, adapter)
+        assert isinstance(fitted, type(named))
+        return fitted
+
+    def _start_attempt(self, ctx: RequestContext, flight: Flight, backend: BackendState) -> None:
+        flight.take(backend)
+        backend.breaker.on_attempt(self.s.clock())
+        ctx.attempts += 1
+        ctx.attempt_started_at = self.s.clock()
+
+    def _attempt_failed(self, backend: BackendState, exc: UpstreamError) -> None:
+        backend.breaker.on_failure(self.s.clock())
+        backend.last_error = exc.message
+        log.warning("backend attempt failed", backend=backend.name, error=exc.message)
 
     async def _open_stream(
         self, ctx: RequestContext, req: R, opener: Callable[[EngineAdapter, R], Events]
@@ -189,25 +212,30 @@ class Gateway:
         try:
             last: UpstreamError | None = None
             for backend, upstream in self._plan(spec):
-                flight.take(backend)
-                ctx.attempts += 1
-                events = opener(
-                    self.adapters[backend.name], dataclasses.replace(req, model=upstream)
-                )
+                self._start_attempt(ctx, flight, backend)
+                adapter = self.adapters[backend.name]
+                try:
+                    events = opener(adapter, await self._fit(flight, req, upstream, adapter))
+                except UpstreamError as exc:
+                    last = exc
+                    self._attempt_failed(backend, exc)
+                    continue
                 try:
                     first = await anext(events)
                 except StopAsyncIteration:
                     last = UpstreamUnavailable("the backend sent an empty stream", backend.name)
                 except UpstreamRejected:
+                    backend.breaker.on_success()
                     await events.aclose()
                     raise
                 except UpstreamError as exc:
                     last = exc
                 else:
                     ctx.first_token_at = self.s.clock()
+                    backend.observe_ttft(ctx.first_token_at - ctx.attempt_started_at)
                     return self._relay(ctx, flight, req.model, first, events)
                 await events.aclose()
-                log.warning("backend attempt failed", backend=backend.name, error=last.message)
+                self._attempt_failed(backend, last)
             assert last is not None
             raise last
         except BaseException as exc:
@@ -240,6 +268,8 @@ class Gateway:
                 elif isinstance(event, Done):
                     usage = event.usage
                     status = "ok"
+                    if flight.backend is not None:
+                        flight.backend.breaker.on_success()
                 yield event
                 try:
                     event = await anext(events)
@@ -247,6 +277,8 @@ class Gateway:
                     break
         except MindRouterError as exc:
             status, error = "error", exc
+            if isinstance(exc, UpstreamError) and flight.backend is not None:
+                self._attempt_failed(flight.backend, exc)
             yield StreamFailed(exc)
         except Exception as exc:
             log.exception("stream relay failed", backend=ctx.backend)

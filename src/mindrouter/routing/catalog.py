@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mindrouter.errors import InvalidRequest, ModelNotFound
+from mindrouter.routing.breaker import Breaker
 
 DEFAULT_CONTEXT = 8192
 
@@ -35,9 +36,31 @@ class BackendState:
     priority: int = 0
     gpu: str | None = None
     healthy: bool = True
+    draining: bool = False  # set by an admin: finish what runs, take nothing new
     in_flight: int = 0
     # gateway model name -> the name this backend serves it under
     serves: dict[str, str] = field(default_factory=dict)
+    # models resident in GPU memory right now, as the backend last reported (or last served)
+    loaded: set[str] = field(default_factory=set)
+    breaker: Breaker = field(default_factory=Breaker)
+    waiting: float = 0.0  # the engine's own queue, from its metrics
+    # moving averages of the backend's speed, for scoring: time to first token, per output token
+    ttft_ema: float | None = None
+    tpot_ema: float | None = None
+    last_error: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.draining:
+            return "DRAINING"
+        return "HEALTHY" if self.healthy else "UNHEALTHY"
+
+    def observe_ttft(self, seconds: float, alpha: float = 0.2) -> None:
+        prev = self.ttft_ema
+        self.ttft_ema = seconds if prev is None else prev + alpha * (seconds - prev)
+
+    def usable(self, now: float) -> bool:
+        return self.healthy and not self.draining and self.breaker.allows(now)
 
 
 def guess_spec(name: str) -> ModelSpec:
@@ -72,6 +95,18 @@ class Catalog:
         if canonical is None:
             raise ModelNotFound(name)
         return self._specs[canonical]
+
+    def add_discovered(self, upstream: str, context_length: int | None) -> str:
+        """A model a backend reports: the gateway's name for it (an existing name or alias, else
+        the backend's own name, added with what the backend says of its context)."""
+        for name in (upstream, upstream.removesuffix(":latest")):
+            if name in self._alias:
+                return self._alias[name]
+        spec = guess_spec(upstream)
+        if context_length:
+            spec.context_length = context_length
+        self._add(spec)
+        return spec.name
 
     def mark_used(self, model: str, now: float) -> None:
         """A backend just served the model, so it is resident in GPU memory somewhere."""

@@ -1,0 +1,242 @@
+"""Servers for the identity, audit and limit tests.
+
+- `GatewayProcess`: `mindrouter serve --config FILE --port 0` as a real process, as deployed;
+  `cli(...)` runs the administration commands the same way.
+- `Rig`: one simulated vLLM engine (optionally wrapped in a test's ASGI middleware) and one
+  gateway, both in this process on their own threads, over a database URL the test chooses.
+
+Every gateway here serves a single model, `chat`, from one backend, so a test knows which
+simulator saw each request. Processes are always stopped: SIGTERM, then SIGKILL if they linger.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from fastapi import FastAPI
+from starlette.types import ASGIApp
+
+from mindrouter.app import build_app
+from mindrouter.serving import ThreadServer
+from mindrouter.settings import Settings, settings_from_dict
+from mindrouter.sim import SimState, build_sim_app
+from mindrouter.sim.config import SimConfig, SimModel
+
+MODEL = "chat"
+CLI = [sys.executable, "-m", "mindrouter.cli"]
+# Importing the app takes several seconds on a small machine; two at once take longer.
+START_TIMEOUT = 90.0
+STOP_TIMEOUT = 10.0
+_LISTENING = re.compile(r"MindRouter listening on (http://\S+)")
+
+
+def gateway_config(
+    backend_url: str,
+    database_url: str,
+    *,
+    groups: list[dict[str, Any]],
+    users: list[dict[str, Any]],
+    **top: Any,
+) -> dict[str, Any]:
+    """A config with one vLLM backend serving `chat`."""
+    return {
+        "database_url": database_url,
+        "secret_key": "test-secret",
+        "log_level": "WARNING",
+        "backends": [{"name": "sim-1", "engine": "vllm", "url": backend_url, "models": [MODEL]}],
+        "models": [{"name": MODEL, "context_length": 8192, "capabilities": ["chat"]}],
+        "groups": groups,
+        "users": users,
+        **top,
+    }
+
+
+def write_config(path: Path, config: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _child_env() -> dict[str, str]:
+    # The config file alone decides where a child connects.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINDROUTER_")}
+    env["PYTHONUNBUFFERED"] = "1"
+    # A child's start is mostly imports; compiled once into a cache outside the tree, the later
+    # children (and runs) skip compiling them again even where the environment turns caching off.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "mindrouter-test-pycache")
+    return env
+
+
+def cli(*args: str, timeout: float = 120.0) -> str:
+    """Runs `mindrouter ARGS...`; its standard output, or a failure showing what it said."""
+    done = subprocess.run(
+        [*CLI, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_child_env(),
+    )
+    if done.returncode != 0:
+        raise AssertionError(
+            f"mindrouter {' '.join(args[:2])} exited {done.returncode}:\n{done.stderr}{done.stdout}"
+        )
+    return done.stdout
+
+
+def created_key(stdout: str) -> str:
+    """The key printed by `mindrouter keys create` (its last line)."""
+    key = stdout.strip().splitlines()[-1].strip()
+    assert key.startswith("mr2_"), stdout
+    return key
+
+
+class GatewayProcess:
+    """`mindrouter serve` in a child process; its output goes to `log_path`."""
+
+    def __init__(self, config: Path, log_path: Path) -> None:
+        self.config = config
+        self.log_path = log_path
+        self.url = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> GatewayProcess:
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(
+                [*CLI, "serve", "--config", str(self.config), "--port", "0"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=_child_env(),
+                start_new_session=True,
+            )
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Until the process has printed its address and answers /healthz."""
+        assert self._proc is not None
+        deadline = time.monotonic() + timeout
+        while not self.url:
+            found = _LISTENING.search(self.log())
+            if found:
+                self.url = found.group(1)
+                break
+            self._check_alive(deadline)
+            time.sleep(0.05)
+        while True:
+            try:
+                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            self._check_alive(deadline)
+            time.sleep(0.05)
+
+    def _check_alive(self, deadline: float) -> None:
+        assert self._proc is not None
+        if self._proc.poll() is not None:
+            raise AssertionError(f"gateway exited {self._proc.returncode}:\n{self.log()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gateway not ready in time:\n{self.log()}")
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT)
+
+
+@contextmanager
+def gateway_processes(config: Path, logs: Path, count: int = 2) -> Iterator[list[GatewayProcess]]:
+    """`count` gateway processes on one config, started together, stopped however the test ends."""
+    procs = [GatewayProcess(config, logs / f"gateway-{i}.log") for i in range(count)]
+    try:
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.wait_ready()
+        yield procs
+    finally:
+        for p in procs:
+            p.stop()
+
+
+# -- in-process ------------------------------------------------------------------------------
+
+
+def sim_app(**overrides: Any) -> Any:
+    """A simulated vLLM serving `chat`; its state is `app.state.sim`."""
+    return build_sim_app(SimConfig(engine="vllm", models=[SimModel(MODEL, 8192)], **overrides))
+
+
+@dataclass
+class Rig:
+    """A simulated engine and a gateway in this process, over `settings.database_url`."""
+
+    sim: ThreadServer
+    sim_state: SimState
+    settings: Settings
+    gateway: ThreadServer
+    app: FastAPI
+    extra: list[ThreadServer] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.gateway.url
+
+    def restart_gateway(self) -> None:
+        """Stops the gateway (its shutdown writes pending usage) and starts a new one over the
+        same database: nothing carries over but what the database holds."""
+        self.gateway.stop()
+        self.app = build_app(self.settings)
+        self.gateway = ThreadServer(self.app).start()
+
+    def close(self) -> None:
+        for server in (self.gateway, self.sim, *self.extra):
+            server.stop()
+
+
+def start_rig(
+    database_url: str,
+    *,
+    groups: list[dict[str, Any]],
+    users: list[dict[str, Any]],
+    wrap: Callable[[ASGIApp], ASGIApp] | None = None,
+    sim: dict[str, Any] | None = None,
+    **top: Any,
+) -> Rig:
+    """The database must already be migrated; the config's groups and users are applied when
+    the gateway starts."""
+    app = sim_app(**(sim or {}))
+    sim_server = ThreadServer(wrap(app) if wrap else app).start()
+    try:
+        settings = settings_from_dict(
+            gateway_config(sim_server.url, database_url, groups=groups, users=users, **top)
+        )
+        gateway_app = build_app(settings)
+        gateway = ThreadServer(gateway_app).start()
+    except BaseException:
+        sim_server.stop()
+        raise
+    return Rig(sim_server, app.state.sim, settings, gateway, gateway_app)
