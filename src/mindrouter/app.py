@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import redis.asyncio as redis_asyncio
 from fastapi import FastAPI
+from sqlalchemy import text as sql_text
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,6 +24,7 @@ from mindrouter.http.common import json_response, new_context
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
+from mindrouter.http.routing_admin_routes import routing_admin_routes
 from mindrouter.http.usage_routes import usage_routes
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.observability.logging import log
@@ -198,13 +202,51 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"}, new_context(request, "openai"))
 
+    async def readyz(request: Request) -> Response:
+        ctx = new_context(request, "openai")
+        checks = await readiness(runtime, settings)
+        # Backends are reported but do not decide readiness: every replica shares them, so
+        # pulling replicas out of a load balancer would not help when all backends are down.
+        ready = all(v == "ok" for k, v in checks.items() if k != "backends")
+        return json_response(
+            {"status": "ok" if ready else "unavailable", "checks": checks},
+            ctx,
+            200 if ready else 503,
+        )
+
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
+    app.add_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
     app.include_router(admin_router(stores, authenticator))
     app.router.routes.extend(usage_routes(gateway, stores))
+    app.router.routes.extend(routing_admin_routes(gateway))
     app.router.routes.extend(openai_routes(gateway, settings))
     app.router.routes.extend(anthropic_routes(gateway, settings))
     app.router.routes.extend(ollama_routes(gateway, settings))
     return app
+
+
+async def readiness(rt: Runtime, settings: Settings) -> dict[str, str]:
+    """The gateway can serve when its database (and Redis, when configured) answer."""
+    checks: dict[str, str] = {}
+    try:
+        async with asyncio.timeout(2):
+            async with rt.stores.engine.connect() as conn:
+                await conn.execute(sql_text("SELECT 1"))
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"unavailable: {type(exc).__name__}"
+    if settings.redis_url:
+        client = redis_asyncio.from_url(settings.redis_url, socket_timeout=2)
+        try:
+            await client.ping()
+            checks["redis"] = "ok"
+        except Exception as exc:
+            checks["redis"] = f"unavailable: {type(exc).__name__}"
+        finally:
+            await client.aclose()
+    healthy = sum(1 for b in rt.monitor.catalog.backends if b.healthy)
+    checks["backends"] = "ok" if healthy else "none healthy"
+    return checks
 
 
 async def _shutdown(rt: Runtime) -> None:

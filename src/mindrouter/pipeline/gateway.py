@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import TypeVar
 
@@ -49,7 +50,7 @@ from mindrouter.pipeline.flight import Flight, Status
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.routing.catalog import BackendState, ModelSpec, check_modality
-from mindrouter.routing.select import rank_backends
+from mindrouter.routing.select import rank_backends, score
 from mindrouter.stores.limits import Limits, UsageSnapshot
 from mindrouter.tokens import estimate_chat_input
 
@@ -71,6 +72,8 @@ class Gateway:
         self.s = services
         self.catalog = services.catalog
         self.adapters: dict[str, EngineAdapter] = services.adapters
+        # The last routing decisions and the scores behind them, for the admin queue view.
+        self.decisions: deque[dict[str, object]] = deque(maxlen=50)
 
     async def authenticate(self, ctx: RequestContext, headers: Mapping[str, str]) -> None:
         ctx.principal = await self.s.authenticator.authenticate(headers)
@@ -126,6 +129,16 @@ class Gateway:
         ranked = rank_backends(self.catalog.serving(spec.name), self.s.clock(), spec.name)
         if not ranked:
             raise Overloaded(f"no healthy backend is serving model '{spec.name}' right now")
+        self.decisions.append(
+            {
+                "model": spec.name,
+                "at": time.time(),
+                "ranked": [
+                    {"backend": b.name, "score": round(score(b, spec.name), 2), "full": b.full}
+                    for b, _ in ranked
+                ],
+            }
+        )
         return ranked[: self.s.max_attempts]
 
     async def _unary(

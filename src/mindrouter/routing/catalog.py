@@ -55,6 +55,10 @@ class BackendState:
             return "DRAINING"
         return "HEALTHY" if self.healthy else "UNHEALTHY"
 
+    @property
+    def full(self) -> bool:
+        return self.in_flight >= self.max_concurrent
+
     def observe_ttft(self, seconds: float, alpha: float = 0.2) -> None:
         prev = self.ttft_ema
         self.ttft_ema = seconds if prev is None else prev + alpha * (seconds - prev)

@@ -57,7 +57,6 @@ def rank_backends(
 
     def key(item: tuple[BackendState, str]) -> tuple[bool, float, str]:
         b = item[0]
-        full = b.in_flight >= b.max_concurrent
-        return (full, -score(b, model or "", weights), b.name)
+        return (b.full, -score(b, model or "", weights), b.name)
 
     return sorted(usable, key=key)

@@ -1,0 +1,83 @@
+"""Admin views of routing and scheduling: backend states (health, breaker, load, models), drain
+and undrain, the fair queue per model and per user, and the scores of recent routing decisions."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from mindrouter.errors import Forbidden, NotFound
+from mindrouter.http.common import json_response, new_context
+from mindrouter.pipeline.context import RequestContext
+from mindrouter.pipeline.gateway import Gateway
+from mindrouter.routing.catalog import BackendState
+from mindrouter.scheduling import take_snapshot
+
+
+def backend_view(b: BackendState, now: float) -> dict[str, Any]:
+    return {
+        "name": b.name,
+        "engine": b.engine,
+        "gpu": b.gpu,
+        "status": b.status,
+        "in_flight": b.in_flight,
+        "max_concurrent": b.max_concurrent,
+        "engine_waiting": b.waiting,
+        "priority": b.priority,
+        "models": dict(b.serves),
+        "loaded": sorted(b.loaded),
+        "ttft_ema_s": b.ttft_ema,
+        "breaker": {
+            "state": b.breaker.state(now),
+            "consecutive_failures": b.breaker.failures,
+            "reopens_in_s": max(0.0, b.breaker.open_until - now) or None,
+            "opened_total": b.breaker.opened_total,
+        },
+        "last_error": b.last_error,
+    }
+
+
+def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
+    async def admin(request: Request) -> RequestContext:
+        ctx = new_context(request, "openai")
+        await gateway.authenticate(ctx, request.headers)
+        assert ctx.principal is not None
+        if not ctx.principal.is_admin:
+            raise Forbidden("this endpoint needs an admin API key")
+        return ctx
+
+    def backend(name: str) -> BackendState:
+        for b in gateway.catalog.backends:
+            if b.name == name:
+                return b
+        raise NotFound(f"no backend named '{name}'")
+
+    async def backends(request: Request) -> Response:
+        ctx = await admin(request)
+        now = gateway.s.clock()
+        return json_response(
+            {"data": [backend_view(b, now) for b in gateway.catalog.backends]}, ctx
+        )
+
+    async def drain(request: Request) -> Response:
+        ctx = await admin(request)
+        b = backend(request.path_params["name"])
+        b.draining = request.path_params["verb"] == "drain"
+        return json_response(backend_view(b, gateway.s.clock()), ctx)
+
+    async def queue(request: Request) -> Response:
+        ctx = await admin(request)
+        now = gateway.s.clock()
+        snap = dataclasses.asdict(take_snapshot(gateway.s.gate.queue, now))
+        snap["recent_decisions"] = list(gateway.decisions)
+        return json_response(snap, ctx)
+
+    return [
+        Route("/admin/routing/backends", backends, methods=["GET"]),
+        Route("/admin/routing/backends/{name}/{verb:drain|undrain}", drain, methods=["POST"]),
+        Route("/admin/queue", queue, methods=["GET"]),
+    ]
