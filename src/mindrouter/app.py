@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as redis_asyncio
 from fastapi import FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text as sql_text
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -28,6 +29,7 @@ from mindrouter.http.routing_admin_routes import routing_admin_routes
 from mindrouter.http.usage_routes import usage_routes
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.observability.logging import log
+from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
@@ -96,16 +98,23 @@ def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdap
     return adapters
 
 
-def build_limits(settings: Settings) -> LimitStore:
+def build_limits(settings: Settings, metrics: Metrics) -> LimitStore:
     if not settings.redis_url:
         return MemoryLimitStore()
+
+    def degraded(reason: str) -> None:
+        metrics.limits_degraded.inc()
+        log.warning("limits answered locally: Redis unreachable", reason=reason)
+
     primary = RedisLimitStore.from_url(settings.redis_url, prefix=settings.redis_prefix)
     policy = (
         RedisUnavailablePolicy.FAIL_OPEN_LOCAL
         if settings.redis_unavailable == "fail_open"
         else RedisUnavailablePolicy.FAIL_CLOSED
     )
-    return ResilientLimitStore(primary, policy=policy, fallback=MemoryLimitStore())
+    return ResilientLimitStore(
+        primary, policy=policy, fallback=MemoryLimitStore(), on_degraded=degraded
+    )
 
 
 @dataclass(slots=True)
@@ -120,10 +129,17 @@ class Runtime:
     monitor: BackendMonitor
 
 
-def _error_handlers(app: FastAPI) -> None:
+def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def on_gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, MindRouterError)
-        return error_response(exc, dialect_for_path(request.url.path), request_id_of(request))
+        dialect = dialect_for_path(request.url.path)
+        ctx = getattr(request.state, "ctx", None)
+        if ctx is not None and not ctx.recorded:
+            # Refused before the pipeline ran (bad key, bad body, unknown model ...).
+            metrics.requests.labels(dialect, "unknown", "none", "rejected").inc()
+            metrics.errors.labels(dialect, "unknown", exc.kind).inc()
+            log.info("request refused", endpoint=ctx.endpoint, kind=exc.kind, error=exc.message)
+        return error_response(exc, dialect, request_id_of(request))
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -156,7 +172,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     catalog = build_catalog(settings)
     adapters = build_adapters(settings, catalog)
     authenticator = Authenticator(stores.keys)
-    limits = build_limits(settings)
+    metrics = Metrics()
+    limits = build_limits(settings, metrics)
     usage = UsageSync(stores.usage, limits, interval=settings.usage_flush_s)
     gate = CapacityGate(FairQueue(InMemoryFairShareState()))
     services = Services(
@@ -167,10 +184,16 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         audit=stores.audit,
         gate=gate,
         usage=usage,
+        metrics=metrics,
         max_attempts=settings.max_attempts,
         capacity_wait=settings.capacity_wait_s,
     )
     gateway = Gateway(services)
+    metrics.watch(
+        catalog,
+        lambda: {m: len(jobs) for m, jobs in gate.queue.by_model().items()},
+        services.clock,
+    )
     monitor = BackendMonitor(
         catalog,
         [
@@ -197,7 +220,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.runtime = runtime
     app.state.trusted_proxies = frozenset(settings.trusted_proxies)
-    _error_handlers(app)
+    _error_handlers(app, metrics)
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"}, new_context(request, "openai"))
@@ -214,6 +237,10 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
             200 if ready else 503,
         )
 
+    async def prometheus(request: Request) -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    app.add_route("/metrics", prometheus, methods=["GET"], include_in_schema=False)
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.add_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
     app.include_router(admin_router(stores, authenticator))

@@ -94,8 +94,8 @@ def realmodel_env() -> RealModelEnv:
     path = env_file()
     if not path.is_file():
         pytest.fail(
-            f"the real-model cache is missing ({path} does not exist): run `scripts/realmodel setup`"
-            " (or `scripts/realmodel test`, which builds it first)",
+            f"the real-model cache is missing ({path} does not exist): run"
+            " `scripts/realmodel setup` (or `scripts/realmodel test`, which builds it first)",
             pytrace=False,
         )
     values = read_env(path)

@@ -150,7 +150,9 @@ def test_anthropic_input_tokens_equal_llama_server_prompt_tokens(
     assert msg.usage.output_tokens == direct["usage"]["completion_tokens"]
 
     counted = claude.messages.count_tokens(
-        model=MODEL, system=MESSAGES[0]["content"], messages=[MESSAGES[1]]  # type: ignore[list-item]
+        model=MODEL,
+        system=MESSAGES[0]["content"],
+        messages=[MESSAGES[1]],  # type: ignore[list-item]
     )
     # count_tokens asks llama-server's own tokenizer (/apply-template + /tokenize).
     assert counted.input_tokens == direct["usage"]["prompt_tokens"]

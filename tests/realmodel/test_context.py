@@ -55,7 +55,9 @@ def test_too_long_prompt_is_context_length_exceeded(
     assert body["error"]["message"]
 
 
-def test_llama_server_itself_refuses_the_too_long_prompt(real: RealStack, http: httpx.Client) -> None:
+def test_llama_server_itself_refuses_the_too_long_prompt(
+    real: RealStack, http: httpx.Client
+) -> None:
     # What the gateway's check spares the backend, and what it would map if it let it through.
     resp = http.post(
         real.llama.url + "/v1/chat/completions",

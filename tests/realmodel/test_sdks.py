@@ -75,7 +75,9 @@ def test_openai_chat_stream(oai: openai.OpenAI) -> None:
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
-    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    pieces = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
     assert len(pieces) >= 3, chunks
     text = "".join(pieces)
     assert_real_text(text)

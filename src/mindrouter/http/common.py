@@ -29,13 +29,15 @@ def new_context(request: Request, dialect: Dialect) -> RequestContext:
     request.state.request_id = rid
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(request_id=rid)
-    return RequestContext(
+    ctx = RequestContext(
         dialect=dialect,
         endpoint=request.url.path,
         request_id=rid,
         client_ip=client_ip(request),
         user_agent=request.headers.get("user-agent"),
     )
+    request.state.ctx = ctx
+    return ctx
 
 
 def client_ip(request: Request) -> str | None:

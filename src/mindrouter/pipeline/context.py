@@ -30,4 +30,6 @@ class RequestContext:
     backend: str | None = None
     attempts: int = 0
     attempt_started_at: float = 0.0
+    queued_s: float = 0.0
+    recorded: bool = False  # metrics and the final log line were written
     first_token_at: float | None = None

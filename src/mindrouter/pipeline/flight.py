@@ -158,7 +158,8 @@ class Flight:
                 f"{s.capacity_wait:g} s; the cluster is busy, try again shortly"
             ) from None
         self.job = job
-        self.queued_ms = (s.clock() - job.enqueued_at) * 1000
+        self.ctx.queued_s = s.clock() - job.enqueued_at
+        self.queued_ms = self.ctx.queued_s * 1000
 
     def _has_capacity(self, model: str) -> bool:
         now = self.s.clock()

@@ -207,9 +207,13 @@ class Gateway:
 
     def _start_attempt(self, ctx: RequestContext, flight: Flight, backend: BackendState) -> None:
         flight.take(backend)
-        backend.breaker.on_attempt(self.s.clock())
+        now = self.s.clock()
+        backend.breaker.on_attempt(now)
+        if ctx.attempts == 0:
+            own = now - ctx.received_at - ctx.queued_s
+            self.s.metrics.overhead.labels(ctx.dialect).observe(max(0.0, own))
         ctx.attempts += 1
-        ctx.attempt_started_at = self.s.clock()
+        ctx.attempt_started_at = now
 
     def _attempt_failed(self, backend: BackendState, exc: UpstreamError) -> None:
         backend.breaker.on_failure(self.s.clock())
@@ -313,6 +317,20 @@ class Gateway:
         usage: Usage | None,
         error: MindRouterError | None = None,
     ) -> None:
+        ctx.recorded = True
+        m = self.s.metrics
+        backend = ctx.backend or "none"
+        m.requests.labels(ctx.dialect, model, backend, outcome).inc()
+        if error is not None:
+            m.errors.labels(ctx.dialect, model, error.kind).inc()
+        m.latency.labels(ctx.dialect, model).observe(time.monotonic() - ctx.received_at)
+        if ctx.first_token_at is not None:
+            m.ttft.labels(model, backend).observe(ctx.first_token_at - ctx.received_at)
+        if ctx.attempts:
+            m.queue_wait.labels(model).observe(ctx.queued_s)
+        if usage is not None:
+            m.tokens.labels(model, "input").inc(usage.input_tokens)
+            m.tokens.labels(model, "output").inc(usage.output_tokens)
         log.info(
             "request finished",
             endpoint=ctx.endpoint,

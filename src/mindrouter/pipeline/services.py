@@ -9,6 +9,7 @@ from typing import Protocol
 
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.identity.principal import Principal
+from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.catalog import Catalog
 from mindrouter.scheduling import CapacityGate
@@ -35,6 +36,7 @@ class Services:
     audit: AuditSink
     gate: CapacityGate
     usage: UsageSync
+    metrics: Metrics = field(default_factory=Metrics)
     max_attempts: int = 3
     capacity_wait: float = 150.0
     clock: Callable[[], float] = field(default=time.monotonic)
