@@ -1,0 +1,75 @@
+"""The command line contract: the shipped example config loads, `serve` refuses a database that
+is not migrated and names the command that fixes it, and config mistakes are reported clearly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mindrouter.settings import ConfigError, load_settings, settings_from_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mindrouter.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_example_config_loads() -> None:
+    s = load_settings(ROOT / "mindrouter.example.yaml")
+    assert {b.engine for b in s.backends} == {"vllm", "ollama"}
+    assert s.groups[0].scheduler_weight == 3
+    assert s.models[0].aliases == ["qwen3:8b"]
+
+
+def test_serve_refuses_unmigrated_database(tmp_path: Path) -> None:
+    cfg = tmp_path / "mr.yaml"
+    cfg.write_text(f"database_url: sqlite+aiosqlite:///{tmp_path}/fresh.db\n")
+    r = run_cli("serve", "--config", str(cfg), "--port", "0", cwd=tmp_path)
+    assert r.returncode == 1
+    assert "mindrouter migrate --config" in r.stderr
+
+
+def test_migrate_then_keys_create_prints_key_last(tmp_path: Path) -> None:
+    cfg = tmp_path / "mr.yaml"
+    cfg.write_text(
+        f"database_url: sqlite+aiosqlite:///{tmp_path}/db.sqlite\n"
+        "groups: [{name: staff}]\nusers: [{name: ann, group: staff}]\n"
+    )
+    assert run_cli("migrate", "--config", str(cfg), cwd=tmp_path).returncode == 0
+    r = run_cli("keys", "create", "--config", str(cfg), "--user", "ann", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("mr2_")
+
+
+def test_config_error_names_the_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("backends: [{name: a, engine: vlm, url: 'http://x'}]\n")
+    r = run_cli("serve", "--config", str(cfg), cwd=tmp_path)
+    assert r.returncode == 2
+    assert "backends[0].engine" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        ({"groups": [{"name": "g", "scheduler_weight": 0}]}, "scheduler_weight"),
+        ({"models": [{"name": "m", "capabilities": ["telepathy"]}]}, "capabilities"),
+        ({"models": [{"name": "m"}, {"name": "m"}]}, "more than once"),
+        ({"backends": [{"name": "b", "engine": "vllm", "url": "ftp://x"}]}, "url"),
+        ({"port": "eighty"}, "port"),
+        ({"redis_unavailable": "sometimes"}, "redis_unavailable"),
+    ],
+)
+def test_config_validation(raw: dict[str, object], needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        settings_from_dict(raw)
