@@ -4,6 +4,7 @@
   `cli(...)` runs the administration commands the same way.
 - `Rig`: one simulated vLLM engine (optionally wrapped in a test's ASGI middleware) and one
   gateway, both in this process on their own threads, over a database URL the test chooses.
+- Requests in each dialect: `PATHS`, `chat_body`, `text_of_chunk`.
 
 Every gateway here serves a single model, `chat`, from one backend, so a test knows which
 simulator saw each request. Processes are always stopped: SIGTERM, then SIGKILL if they linger.
@@ -11,12 +12,15 @@ simulator saw each request. Processes are always stopped: SIGTERM, then SIGKILL 
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,7 +31,7 @@ from typing import Any
 import httpx
 import yaml
 from fastapi import FastAPI
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mindrouter.app import build_app
 from mindrouter.serving import ThreadServer
@@ -41,6 +45,10 @@ CLI = [sys.executable, "-m", "mindrouter.cli"]
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 10.0
 _LISTENING = re.compile(r"MindRouter listening on (http://\S+)")
+
+# One client for the tests' own plain HTTP calls: making a client per call costs tens of
+# milliseconds (TLS set-up included), which polling loops would pay many times over.
+http = httpx.Client(timeout=30)
 
 
 def gateway_config(
@@ -185,6 +193,24 @@ def gateway_processes(config: Path, logs: Path, count: int = 2) -> Iterator[list
 # -- in-process ------------------------------------------------------------------------------
 
 
+class EngineGate:
+    """ASGI middleware in front of an engine: while closed, generation requests wait at the door,
+    so requests the gateway admitted stay in flight until the test lets them through."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.open = threading.Event()
+        self.open.set()
+        self.arrived = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            self.arrived += 1
+            while not self.open.is_set():
+                await asyncio.sleep(0.01)
+        await self.app(scope, receive, send)
+
+
 def sim_app(**overrides: Any) -> Any:
     """A simulated vLLM serving `chat`; its state is `app.state.sim`."""
     return build_sim_app(SimConfig(engine="vllm", models=[SimModel(MODEL, 8192)], **overrides))
@@ -205,10 +231,12 @@ class Rig:
     def url(self) -> str:
         return self.gateway.url
 
-    def restart_gateway(self) -> None:
-        """Stops the gateway (its shutdown writes pending usage) and starts a new one over the
-        same database: nothing carries over but what the database holds."""
+    def restart_gateway(self, meanwhile: Callable[[], None] | None = None) -> None:
+        """Stops the gateway (its shutdown writes pending usage), runs `meanwhile`, and starts a
+        new one over the same database: nothing carries over but what the database holds."""
         self.gateway.stop()
+        if meanwhile is not None:
+            meanwhile()
         self.app = build_app(self.settings)
         self.gateway = ThreadServer(self.app).start()
 
@@ -240,3 +268,44 @@ def start_rig(
         sim_server.stop()
         raise
     return Rig(sim_server, app.state.sim, settings, gateway, gateway_app)
+
+
+# -- requests in each dialect ------------------------------------------------------------------
+
+DIALECTS = ("openai", "anthropic", "ollama")
+PATHS = {
+    "openai": "/v1/chat/completions",
+    "anthropic": "/anthropic/v1/messages",
+    "ollama": "/api/chat",
+}
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def chat_body(
+    dialect: str, *, stream: bool, max_tokens: int = 8, text: str = "hi"
+) -> dict[str, Any]:
+    """A chat request for `chat` in the dialect's own shape, capped at `max_tokens`."""
+    messages = [{"role": "user", "content": text}]
+    if dialect == "ollama":
+        options = {"num_predict": max_tokens}
+        return {"model": MODEL, "messages": messages, "stream": stream, "options": options}
+    return {"model": MODEL, "messages": messages, "stream": stream, "max_tokens": max_tokens}
+
+
+def text_of_chunk(dialect: str, line: str) -> str | None:
+    """The generated text one line of a dialect's stream carries, if any."""
+    if dialect == "ollama":
+        event = json.loads(line) if line.strip() else {}
+        return (event.get("message") or {}).get("content") or None
+    if not line.startswith("data: ") or line == "data: [DONE]":
+        return None
+    event = json.loads(line[6:])
+    if dialect == "openai":
+        choices = event.get("choices") or [{}]
+        return (choices[0].get("delta") or {}).get("content") or None
+    if event.get("type") == "content_block_delta" and event["delta"].get("type") == "text_delta":
+        return event["delta"]["text"] or None
+    return None

@@ -32,16 +32,19 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mindrouter.stores.sql.schema import audit_records
 from tests.gateway.databases import fresh_database, stores_at
-from tests.gateway.procs import MODEL, Rig, start_rig
+from tests.gateway.procs import (
+    DIALECTS,
+    PATHS,
+    Rig,
+    bearer,
+    chat_body,
+    http,
+    start_rig,
+    text_of_chunk,
+)
 from tests.stores.conftest import run_in_thread
 
 ENGINES = ("sqlite", "postgresql", "mariadb")
-DIALECTS = ("openai", "anthropic", "ollama")
-PATHS = {
-    "openai": "/v1/chat/completions",
-    "anthropic": "/anthropic/v1/messages",
-    "ollama": "/api/chat",
-}
 NONCE_BYTES = 8
 
 
@@ -106,33 +109,7 @@ def new_nonce() -> str:
 
 
 def request_body(dialect: str, nonce: str, stream: bool, max_tokens: int = 8) -> dict[str, Any]:
-    messages = [{"role": "user", "content": f"audit me {nonce}"}]
-    if dialect == "ollama":
-        return {
-            "model": MODEL,
-            "messages": messages,
-            "stream": stream,
-            "options": {"num_predict": max_tokens},
-        }
-    return {"model": MODEL, "messages": messages, "stream": stream, "max_tokens": max_tokens}
-
-
-def text_of_chunk(dialect: str, line: str) -> str | None:
-    """The generated text one line of a stream carries, if any."""
-    if dialect == "ollama":
-        if not line.strip():
-            return None
-        event = json.loads(line)
-        return (event.get("message") or {}).get("content") or None
-    if not line.startswith("data: ") or line == "data: [DONE]":
-        return None
-    event = json.loads(line[6:])
-    if dialect == "openai":
-        choices = event.get("choices") or [{}]
-        return (choices[0].get("delta") or {}).get("content") or None
-    if event.get("type") == "content_block_delta" and event["delta"].get("type") == "text_delta":
-        return event["delta"]["text"] or None
-    return None
+    return chat_body(dialect, stream=stream, max_tokens=max_tokens, text=f"audit me {nonce}")
 
 
 @dataclass
@@ -144,25 +121,33 @@ class Setup:
     admin_key: str
 
     def auth(self, key: str | None = None) -> dict[str, str]:
-        return {"Authorization": f"Bearer {key or self.key}"}
+        return bearer(key or self.key)
 
-    def record(self, nonce: str, *, settled: bool = True, timeout: float = 10) -> dict[str, Any]:
-        """The audit entry holding `nonce`, from GET /admin/audit; waits for its outcome
-        (completions are written shortly after the request ends)."""
+    def record(self, nonce: str) -> dict[str, Any]:
+        return self.records([nonce])[nonce]
+
+    def records(self, nonces: list[str], timeout: float = 10) -> dict[str, dict[str, Any]]:
+        """The audit entries holding these nonces, from GET /admin/audit, once all have their
+        outcome (completions are written shortly after a request ends)."""
         deadline = time.monotonic() + timeout
         while True:
-            r = httpx.get(
+            r = http.get(
                 self.rig.url + "/admin/audit",
                 params={"user": "alice", "limit": 1000},
                 headers=self.auth(self.admin_key),
                 timeout=10,
             )
             assert r.status_code == 200, r.text
-            mine = [e for e in r.json() if nonce in json.dumps(e["messages"])]
-            assert len(mine) <= 1
-            if mine and (not settled or mine[0]["status"] != "pending"):
-                return mine[0]
-            assert time.monotonic() < deadline, f"no settled audit record for {nonce}: {mine}"
+            found: dict[str, dict[str, Any]] = {}
+            for entry in r.json():
+                nonce = _nonce_in(json.dumps(entry["messages"]))
+                if nonce in nonces:
+                    assert nonce not in found, "two records for one request"
+                    found[nonce] = entry
+            pending = [n for n in nonces if n not in found or found[n]["status"] == "pending"]
+            if not pending:
+                return found
+            assert time.monotonic() < deadline, f"audit records not settled: {pending}"
             time.sleep(0.05)
 
 
@@ -203,7 +188,7 @@ def setup(
 
 def _send(setup: Setup, dialect: str, nonce: str, stream: bool) -> None:
     body = request_body(dialect, nonce, stream)
-    with httpx.stream(
+    with http.stream(
         "POST", setup.rig.url + PATHS[dialect], json=body, headers=setup.auth(), timeout=30
     ) as r:
         assert r.status_code == 200, r.read()
@@ -235,14 +220,14 @@ def test_the_record_is_committed_before_the_backend_sees_the_request(setup: Setu
     seen = {n: setup.probe.found.get(n, "never reached the engine") for n in nonces}
     # The row was there, not yet completed, every time the engine got a request.
     assert seen == dict.fromkeys(nonces, "pending"), seen
-    for nonce in nonces:
-        entry = setup.record(nonce)
+    entries = setup.records(nonces)
+    for entry in entries.values():
         assert entry["status"] == "ok"
         assert entry["user_name"] == "alice"
         assert entry["key_prefix"] == setup.key[:12]
         assert entry["output_tokens"] and entry["output"]
     for (dialect, stream), nonce in one_by_one.items():
-        entry = setup.record(nonce)
+        entry = entries[nonce]
         assert entry["endpoint"] == PATHS[dialect]
         assert entry["stream"] is stream
     print(f"\n{setup.engine}: 20 concurrent requests' audit rows in {begin_batches} commits")
@@ -258,7 +243,7 @@ def _stream_until(
     """Streams a request; returns the text chunks received, leaving after `stop_after` of them."""
     texts: list[str] = []
     body = request_body(dialect, nonce, stream=True, max_tokens=max_tokens)
-    with httpx.stream(
+    with http.stream(
         "POST", setup.rig.url + PATHS[dialect], json=body, headers=setup.auth(), timeout=30
     ) as r:
         assert r.status_code == 200
@@ -309,7 +294,7 @@ def test_a_client_leaving_mid_stream_completes_the_record_as_cancelled(
 ) -> None:
     nonce = new_nonce()
     config = setup.rig.sim_state.config
-    config.tokens_per_second = 20.0
+    config.tokens_per_second = 10.0
     try:
         texts = _stream_until(setup, dialect, nonce, stop_after=3, max_tokens=40)
         entry = setup.record(nonce)

@@ -22,17 +22,15 @@ import openai
 import pytest
 
 from tests.gateway.databases import fresh_database, stores_at
-from tests.gateway.procs import MODEL, Rig, start_rig
+from tests.gateway.procs import DIALECTS, MODEL, PATHS, Rig, chat_body, http, start_rig
 from tests.stores.conftest import run_in_thread
 
-USER = [{"role": "user", "content": "hi"}]
+# Typed loosely: each SDK wants its own TypedDicts for the same JSON.
+USER: Any = [{"role": "user", "content": "hi"}]
 # Each dialect's generation endpoint and a body that works with a good key.
 ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {
-    "openai": ("/v1/chat/completions", {"model": MODEL, "messages": USER, "max_tokens": 4}),
-    "anthropic": ("/anthropic/v1/messages", {"model": MODEL, "messages": USER, "max_tokens": 4}),
-    "ollama": ("/api/chat", {"model": MODEL, "messages": USER, "stream": False}),
+    d: (PATHS[d], chat_body(d, stream=False, max_tokens=4)) for d in DIALECTS
 }
-DIALECTS = tuple(ENTRIES)
 
 
 @dataclass
@@ -89,7 +87,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
 
 def _post(setup: Setup, dialect: str, headers: dict[str, str]) -> httpx.Response:
     path, body = ENTRIES[dialect]
-    return httpx.post(setup.rig.url + path, json=body, headers=headers, timeout=30)
+    return http.post(setup.rig.url + path, json=body, headers=headers, timeout=30)
 
 
 def _assert_auth_error(dialect: str, r: httpx.Response, says: str) -> None:
@@ -123,7 +121,7 @@ def test_a_new_key_works_in_every_header_spelling(setup: Setup, dialect: str, he
     r = _post(setup, dialect, {header: value})
     assert r.status_code == 200, r.text
     assert len(setup.rig.sim_state.records) == before + 1
-    usage = httpx.get(setup.rig.url + "/v1/usage", headers={header: value}, timeout=10)
+    usage = http.get(setup.rig.url + "/v1/usage", headers={header: value}, timeout=10)
     assert usage.status_code == 200
     assert usage.json()["user"] == "alice"
 
@@ -183,14 +181,14 @@ def test_sdks_raise_their_authentication_errors(setup: Setup, case: str, stream:
     # OpenAI: Authorization: Bearer.
     oai = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0)
     with pytest.raises(openai.AuthenticationError) as oai_err:
-        oai.chat.completions.create(model=MODEL, messages=USER, max_tokens=4, stream=stream)  # type: ignore[call-overload]
+        oai.chat.completions.create(model=MODEL, messages=USER, max_tokens=4, stream=stream)
     assert oai_err.value.status_code == 401
     assert oai_err.value.type == "authentication_error"
 
     # Anthropic: x-api-key.
     claude = anthropic.Anthropic(base_url=url + "/anthropic", api_key=key, max_retries=0)
     with pytest.raises(anthropic.AuthenticationError) as claude_err:
-        claude.messages.create(model=MODEL, messages=USER, max_tokens=4, stream=stream)  # type: ignore[call-overload,arg-type]
+        claude.messages.create(model=MODEL, messages=USER, max_tokens=4, stream=stream)
     assert claude_err.value.status_code == 401
     body = claude_err.value.body
     assert isinstance(body, dict) and body["error"]["type"] == "authentication_error"
@@ -198,9 +196,10 @@ def test_sdks_raise_their_authentication_errors(setup: Setup, case: str, stream:
     # Ollama: whatever headers the client is given.
     client = ollama.Client(host=url, headers={"Authorization": f"Bearer {key}"})
     with pytest.raises(ollama.ResponseError) as ollama_err:
-        result = client.chat(model=MODEL, messages=USER, stream=stream)
         if stream:
-            next(iter(result))  # type: ignore[call-overload]
+            next(client.chat(model=MODEL, messages=USER, stream=True))
+        else:
+            client.chat(model=MODEL, messages=USER, stream=False)
     assert ollama_err.value.status_code == 401
     assert ollama_err.value.error
 
@@ -239,7 +238,7 @@ def test_a_key_in_use_stops_working_when_changed(setup: Setup, change: str, says
     run_in_thread(_change(setup.database_url, change, key, user))
     deadline = time.monotonic() + 5
     while True:
-        r = httpx.get(setup.rig.url + "/v1/models", headers={"x-api-key": key}, timeout=10)
+        r = http.get(setup.rig.url + "/v1/models", headers={"x-api-key": key}, timeout=10)
         if r.status_code == 401 or time.monotonic() > deadline:
             break
         time.sleep(0.02)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import structlog
 import pytest
 
 from mindrouter.app import build_app
@@ -38,6 +39,7 @@ async def test_request_id_in_json_logs(capsys: pytest.CaptureFixture[str]) -> No
         await gw.stop()
         for s in sims.values():
             await s.stop()
+        structlog.reset_defaults()
     rid = r.json()["id"]
     assert r.headers["x-request-id"] == rid
     lines = [

@@ -31,18 +31,20 @@ from typing import Any
 
 import httpx
 import pytest
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mindrouter.serving import ThreadServer
 from mindrouter.sim import SimState
 from tests.gateway.databases import fresh_database, redis_namespace, stores_at
 from tests.gateway.procs import (
     MODEL,
+    EngineGate,
     GatewayProcess,
+    bearer,
     cli,
     created_key,
     gateway_config,
     gateway_processes,
+    http,
     sim_app,
     write_config,
 )
@@ -55,23 +57,6 @@ RPM = 60
 BURST = 200
 QUICK = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 HELD = {"model": MODEL, "messages": [{"role": "user", "content": "hold the slot"}]}
-
-
-class EngineGate:
-    """ASGI middleware before the engine: while closed, generation requests wait at the door."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self.open = threading.Event()
-        self.open.set()
-        self.arrived = 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == "/v1/chat/completions":
-            self.arrived += 1
-            while not self.open.is_set():
-                await asyncio.sleep(0.01)
-        await self.app(scope, receive, send)
 
 
 @dataclass
@@ -91,10 +76,6 @@ class Pair:
         return [p.url for p in self.procs]
 
 
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     tmp = tmp_path_factory.mktemp("two-processes")
@@ -105,7 +86,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         stack.callback(sim.stop)
         url = stack.enter_context(fresh_database("postgresql", tmp, migrated=False))
         redis = stack.enter_context(redis_namespace())
-        groups = [
+        groups: list[dict[str, Any]] = [
             {"name": "testers"},
             {"name": "capped", "max_concurrent": MAX_CONCURRENT, "rpm": RPM},
         ]
@@ -195,7 +176,7 @@ class Poller(threading.Thread):
 
 
 def _chat_status(url: str, key: str) -> httpx.Response:
-    return httpx.post(url + "/v1/chat/completions", json=QUICK, headers=bearer(key), timeout=30)
+    return http.post(url + "/v1/chat/completions", json=QUICK, headers=bearer(key), timeout=30)
 
 
 @pytest.mark.parametrize("change", ["cli-revoke", "api-revoke", "api-deactivate"])
@@ -222,7 +203,7 @@ def test_a_change_to_a_key_reaches_both_processes_within_a_second(pair: Pair, ch
         reason = "API key revoked"
     elif change == "api-revoke":
         changed_at = time.time()  # before the request: the commit can only be later
-        r = httpx.post(
+        r = http.post(
             f"{pair.urls[0]}/admin/keys/{key[:12]}/revoke",
             headers=bearer(pair.admin_key),
             timeout=10,
@@ -232,7 +213,7 @@ def test_a_change_to_a_key_reaches_both_processes_within_a_second(pair: Pair, ch
         reason = "API key revoked"
     else:
         changed_at = time.time()
-        r = httpx.patch(
+        r = http.patch(
             f"{pair.urls[1]}/admin/users/{user}",
             json={"active": False},
             headers=bearer(pair.admin_key),
@@ -327,7 +308,7 @@ def test_a_burst_across_both_processes_admits_exactly_the_concurrency_limit(pair
     assert len(pair.sim.records) - seen_before == MAX_CONCURRENT
 
     for url in pair.urls:
-        usage = httpx.get(url + "/v1/usage", headers=bearer(pair.burst_key), timeout=10).json()
+        usage = http.get(url + "/v1/usage", headers=bearer(pair.burst_key), timeout=10).json()
         assert usage["in_flight"] == 0
         assert usage["reserved_tokens"] == 0
         assert usage["requests_last_minute"] == MAX_CONCURRENT

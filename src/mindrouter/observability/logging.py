@@ -10,6 +10,25 @@ import structlog
 log = structlog.get_logger("mindrouter")
 
 
+class _StderrLogger:
+    """Writes each rendered line to whatever `sys.stderr` is at that moment, and never raises:
+    a log line that cannot be written must not fail the request that produced it."""
+
+    def msg(self, message: str) -> None:
+        try:
+            stream = sys.stderr
+            stream.write(message + "\n")
+            stream.flush()
+        except (ValueError, OSError):
+            pass
+
+    debug = info = warning = warn = error = err = critical = exception = fatal = msg
+
+
+def _stderr_logger(*_: object) -> _StderrLogger:
+    return _StderrLogger()
+
+
 def configure_logging(level: str = "INFO", json: bool = True) -> None:
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
@@ -26,7 +45,7 @@ def configure_logging(level: str = "INFO", json: bool = True) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)

@@ -44,8 +44,7 @@ class Pending:
         self.at_least += amount  # -inf stays -inf
 
     def lift(self, to: float) -> None:
-        if to > self.at_least:
-            self.at_least = to
+        self.at_least = max(self.at_least, to)
 
     def apply(self, value: float) -> float:
         return max(value + self.add, self.at_least)
@@ -87,8 +86,8 @@ class LocalMirror:
         self._floor_ops: dict[str, float] = {}
         self._wanted: set[Account] = set()  # read while unknown: pull at the next exchange
         self._models: set[str] = set()
-        # When this process last wrote each account, on the exchange clock (reading a clock on
-        # every streamed chunk would cost more than the charge itself).
+        # When this process last wrote (or first pulled) each account, stamped at the exchanges
+        # (reading a clock on every streamed chunk would cost more than the charge itself).
         self._written: dict[Account, float] = {}
         self._now = 0.0
 
@@ -157,11 +156,12 @@ class LocalMirror:
         shared store the next time this process asks for them.
         """
         self._now = now
+        written = self._written
+        for acct in self._ops:  # every write leaves an operation: these were written since
+            written[acct] = now
         horizon = now - self.forget_after
-        for acct in [a for a, at in self._written.items() if at < horizon]:
-            if acct in self._ops:
-                continue
-            del self._written[acct]
+        for acct in [a for a, at in written.items() if at < horizon]:
+            del written[acct]
             model, user = acct
             view = self._view.get(model)
             if view is not None:
@@ -206,5 +206,4 @@ class LocalMirror:
     def _set(self, acct: Account, value: float) -> float:
         self._models.add(acct[0])
         self._view.setdefault(acct[0], {})[acct[1]] = value
-        self._written[acct] = self._now
         return value

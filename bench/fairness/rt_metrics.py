@@ -1,0 +1,190 @@
+"""The figures of BENCHMARKS.md §2 from what the real-time clients saw, one record per request.
+
+Same definitions as the simulated-clock mode (`metrics.py`), measured from the client side:
+
+- service, in the scheduler's unit: the prompt's tokens (from the stream's final usage) when the
+  first token arrives, then 2 per output token as each streamed chunk arrives;
+- a user is backlogged while one of its requests has been sent and has not yet produced its
+  first token (gaps shorter than `GAP` are closed: a closed-loop client needs a few ms to send the
+  next request);
+- weighted share error per window and user backlogged throughout it (with at least two such
+  users): |service ÷ (weight ÷ Σ weights × Σ service) − 1|; weighted Jain's index over the same;
+- a slot is busy from a request's first token to its last; the light-user excess delay is the
+  time from sending to the first token minus the wait for the next slot to free after sending (0
+  when one was idle), counted on the slots of the gateway the request was sent to.
+
+Windows are shorter than the simulated-clock mode's 60 s because the runs are (one minute at
+most): see `realtime.py`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from bench.fairness.metrics import percentile
+
+GAP = 0.1
+
+
+@dataclass(slots=True)
+class Shot:
+    """One request as its client saw it; times in seconds from the start of the run."""
+
+    user: str
+    gateway: int
+    sent: float
+    max_tokens: int
+    first: float | None = None
+    end: float | None = None
+    chunks: list[float] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    status: str = "pending"
+
+
+def service_events(shots: list[Shot]) -> list[tuple[float, str, float]]:
+    """(time, user, cost) for every prompt and every output token that arrived."""
+    prompts: dict[str, list[int]] = {}
+    for s in shots:
+        if s.prompt_tokens is not None:
+            prompts.setdefault(s.user, []).append(s.prompt_tokens)
+    typical = {u: sum(v) / len(v) for u, v in prompts.items()}
+    out: list[tuple[float, str, float]] = []
+    for s in shots:
+        if s.first is None:
+            continue
+        # A stream cut at the end of the run has no usage: its prompt is the user's typical one.
+        prompt = s.prompt_tokens if s.prompt_tokens is not None else typical.get(s.user, 0.0)
+        out.append((s.first, s.user, float(prompt)))
+        out.extend((t, s.user, 2.0) for t in s.chunks)
+    out.sort()
+    return out
+
+
+def service(events: list[tuple[float, str, float]], a: float, b: float) -> dict[str, float]:
+    got: dict[str, float] = {}
+    for t, user, cost in events:
+        if a <= t < b:
+            got[user] = got.get(user, 0.0) + cost
+    return got
+
+
+def windows(
+    duration: float, warmup: float, window: float, step: float
+) -> list[tuple[float, float]]:
+    out = []
+    a = warmup
+    while a + window <= duration + 1e-9:
+        out.append((a, a + window))
+        a += step
+    return out
+
+
+def waiting_spans(shots: list[Shot], user: str, horizon: float) -> list[tuple[float, float]]:
+    """The user's merged spans of having a request waiting for its first token."""
+    spans = sorted(
+        (s.sent, s.first if s.first is not None else horizon) for s in shots if s.user == user
+    )
+    merged: list[tuple[float, float]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1] + GAP:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def backlogged(spans: list[tuple[float, float]], a: float, b: float) -> bool:
+    return any(x <= a and y >= b for x, y in spans)
+
+
+def share_errors_and_jain(
+    shots: list[Shot],
+    weights: dict[str, float],
+    wins: list[tuple[float, float]],
+    horizon: float,
+) -> tuple[list[float], list[float], int]:
+    events = service_events(shots)
+    spans = {u: waiting_spans(shots, u, horizon) for u in weights}
+    errors: list[float] = []
+    jains: list[float] = []
+    used = 0
+    for a, b in wins:
+        users = [u for u in weights if backlogged(spans[u], a, b)]
+        if len(users) < 2:
+            continue
+        used += 1
+        got = service(events, a, b)
+        total = sum(got.get(u, 0.0) for u in users)
+        total_weight = sum(weights[u] for u in users)
+        for u in users:
+            fair = weights[u] / total_weight * total
+            errors.append(abs(got.get(u, 0.0) / fair - 1.0))
+        xs = [got.get(u, 0.0) / weights[u] for u in users]
+        jains.append(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)))
+    return errors, jains, used
+
+
+def shares(shots: list[Shot], a: float, b: float) -> dict[str, float]:
+    got = service(service_events(shots), a, b)
+    total = sum(got.values()) or 1.0
+    return {u: v / total for u, v in sorted(got.items())}
+
+
+def tokens_per_second(shots: list[Shot], a: float, b: float) -> float:
+    return sum(1 for s in shots for t in s.chunks if a <= t < b) / (b - a)
+
+
+def utilisation(shots: list[Shot], a: float, b: float, slots: int, horizon: float) -> float:
+    busy = 0.0
+    for s in shots:
+        if s.first is None:
+            continue
+        end = s.end if s.end is not None else horizon
+        busy += max(0.0, min(end, b) - max(s.first, a))
+    return busy / (slots * (b - a))
+
+
+def light_delays(
+    shots: list[Shot], light: set[str], slots_per_gateway: int, horizon: float
+) -> tuple[list[float], list[float]]:
+    """(delays, excess delays) in seconds of the light users' requests; an unserved one counts
+    up to the end of the run."""
+    delays: list[float] = []
+    excess: list[float] = []
+    busy: dict[int, list[tuple[float, float]]] = {}
+    for s in shots:
+        if s.first is not None:
+            end = s.end if s.end is not None else horizon
+            busy.setdefault(s.gateway, []).append((s.first, end))
+    for spans in busy.values():
+        spans.sort()
+    for s in shots:
+        if s.user not in light:
+            continue
+        delay = (s.first if s.first is not None else horizon) - s.sent
+        spans = busy.get(s.gateway, [])
+        # Requests holding a slot when this one was sent (its own start excluded).
+        k = bisect.bisect_right(spans, (s.sent, float("inf")))
+        holding = [end for start, end in spans[:k] if end > s.sent and start != s.first]
+        slot_wait = 0.0 if len(holding) < slots_per_gateway else min(holding) - s.sent
+        delays.append(delay)
+        excess.append(max(0.0, delay - slot_wait))
+    return delays, excess
+
+
+def summary(values: Iterable[float], scale: float = 1.0) -> dict[str, float]:
+    data = [v * scale for v in values]
+    if not data:
+        return {"n": 0}
+    return {
+        "n": len(data),
+        "p50": percentile(data, 50),
+        "p95": percentile(data, 95),
+        "p99": percentile(data, 99),
+        "max": max(data),
+        "min": min(data),
+        "mean": sum(data) / len(data),
+    }

@@ -1,0 +1,340 @@
+"""Fair-share counters shared through Redis by every gateway process: a local mirror, synced.
+
+The scheduler's port (`mindrouter.scheduling.FairShareState`) is synchronous: a decision reads one
+counter per waiting user and must stay well under a millisecond, so it cannot wait for a network.
+`RedisFairShareState` therefore answers every call from a local mirror (`mirror.py`) and a
+background task exchanges with Redis every `sync_interval` seconds (default 50 ms), in one round
+trip (one Lua script, `lua.py`): it pushes this process's pending writes and pulls back the merged
+value of every account and floor this process uses.
+
+Merging. Writes are pushed as operations, never as values: a charge adds, a lift and a floor raise
+take a maximum, applied in Redis to the shared value of the moment. Charges from any number of
+processes therefore add up to the same total in any order (up to float rounding), and lifts and
+floors are max-merges. The one place where order matters is a lift racing a charge of the same
+account in another process; the difference is at most that charge, i.e. at most one sync
+interval of one account's service. After each exchange, every process reads the same values:
+Redis is the single point where the operations are serialised.
+
+Staleness bound. With interval I and round trip r, a write is in Redis at most I + 2r after it
+was made, and in every other process's mirror at most 2·(I + 2r) after it was made (~105 ms
+with the defaults on a local network). Until then the other processes decide on a counter that
+misses at most the service delivered to that account in that time. On the benchmark testbed (4
+slots × 40 tokens/s, output tokens cost 2) the whole cluster delivers ~32 units in 100 ms, while
+one request costs several hundred and a 60 s window ~19,000: a stale read can only swap the order
+of two users whose counters are within ~32 units of each other (a near tie, which the VTC bound of
+about one request's cost already allows), and it moves a share by at most ~0.2 points per window,
+far inside the 5% target. The same holds per model at any scale, since service per interval and
+service per window grow together.
+
+Redis unreachable. Nothing on the request path ever waits for Redis or sees its errors: reads and
+writes keep working on the mirror, so the process schedules fairly among its own users (per
+process, as without Redis) and keeps every write pending. Redis errors are translated once, into
+`FairShareUnavailable`, in the exchange; the background task logs a warning when the outage
+starts and when it ends, calls `on_degraded(reason)` for each failed exchange (a metric hook),
+and retries every `retry_after` seconds. A batch whose outcome is unknown (a timeout after the
+script may have run) is re-sent with the same sequence number and applied at most once; the
+writes made meanwhile follow in the next exchange. When Redis answers again every process pulls
+the merged counters and they agree again.
+
+Give an injected client short socket timeouts and no retries (`from_url` builds one): each
+exchange is bounded by `timeout` anyway, and redis-py's own retry of a script would bypass the
+sequence check. Targets a single Redis server (or a primary behind Sentinel): the script touches
+keys of several models, which Redis Cluster would reject.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, cast
+
+from redis import exceptions as redis_errors
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from mindrouter.observability.logging import log
+from mindrouter.stores.fairshare import lua
+from mindrouter.stores.fairshare.mirror import Account, Batch, LocalMirror, Pulled
+
+DEFAULT_SYNC_INTERVAL = 0.05
+_SENDER_TTL_S = 86_400
+
+
+class FairShareUnavailable(Exception):
+    """Redis did not complete an exchange (unreachable, timed out, or refused the script)."""
+
+
+@contextmanager
+def _unavailable_on_redis_errors() -> Iterator[None]:
+    try:
+        yield
+    except (redis_errors.RedisError, OSError, TimeoutError) as exc:
+        raise FairShareUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _num(value: float) -> str:
+    return repr(float(value))
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def _await(result: Awaitable[Any] | Any) -> Any:
+    # redis-py types its asyncio commands as "awaitable or value" (shared with the sync client).
+    return await cast(Awaitable[Any], result)
+
+
+class RedisFairShareState:
+    """`FairShareState` shared through Redis; see the module docstring for the design."""
+
+    def __init__(
+        self,
+        client: Redis,
+        prefix: str = "mr:",
+        sync_interval: float = DEFAULT_SYNC_INTERVAL,
+        *,
+        timeout: float = 2.0,
+        retry_after: float = 1.0,
+        forget_after: float = 600.0,
+        owns_client: bool = False,
+        on_degraded: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not sync_interval > 0 or not timeout > 0 or not retry_after > 0:
+            raise ValueError("sync_interval, timeout and retry_after must be positive")
+        self.sync_interval = sync_interval
+        self.timeout = timeout
+        self.retry_after = retry_after
+        self._client = client
+        self._owns_client = owns_client
+        self._on_degraded = on_degraded
+        self._clock = clock
+        self._prefix = f"{prefix}fairshare:"
+        self._sender_key = f"{self._prefix}sent:{uuid.uuid4().hex}"
+        self._mirror = LocalMirror(forget_after)
+        self._script = lua.EXCHANGE
+        self._sha: str | None = None
+        self._seq = 0
+        self._in_doubt: tuple[int, Batch] | None = None  # sent, outcome unknown
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self._down_since: float | None = None
+        self.exchanges = 0
+        self.failures = 0
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "mr:",
+        sync_interval: float = DEFAULT_SYNC_INTERVAL,
+        *,
+        timeout_seconds: float = 1.0,
+        on_degraded: Callable[[str], None] | None = None,
+    ) -> RedisFairShareState:
+        """A state owning a client with short timeouts and no retries (see the module doc)."""
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=2,  # one exchange at a time, plus one for a concurrent stop()
+            timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds,
+            socket_timeout=timeout_seconds,
+            retry=Retry(NoBackoff(), 0),
+        )
+        return cls(
+            Redis.from_pool(pool),
+            prefix,
+            sync_interval,
+            timeout=2 * timeout_seconds,
+            owns_client=True,
+            on_degraded=on_degraded,
+        )
+
+    # -- FairShareState: answered from the mirror, never waits -----------------------------------
+
+    def get(self, model: str, user: str) -> float:
+        return self._mirror.get(model, user)
+
+    def get_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
+        return self._mirror.get_many(model, users)
+
+    def charge(self, model: str, user: str, amount: float) -> float:
+        if not math.isfinite(amount):
+            raise ValueError(f"a charge must be finite, got {amount}")
+        return self._mirror.charge(model, user, amount)
+
+    def lift(self, model: str, user: str, to: float) -> float:
+        if not math.isfinite(to):
+            raise ValueError(f"a lift must be finite, got {to}")
+        return self._mirror.lift(model, user, to)
+
+    def floor(self, model: str) -> float:
+        return self._mirror.floor(model)
+
+    def raise_floor(self, model: str, to: float) -> float:
+        if not math.isfinite(to):
+            raise ValueError(f"a floor must be finite, got {to}")
+        return self._mirror.raise_floor(model, to)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the last exchange reached Redis."""
+        return self._down_since is None
+
+    @property
+    def pending(self) -> int:
+        """Accounts and floors with writes not yet known to be in Redis."""
+        doubt = self._in_doubt[1] if self._in_doubt else None
+        return self._mirror.pending + (len(doubt.ops) + len(doubt.floors) if doubt else 0)
+
+    def snapshot(self) -> Mapping[str, Mapping[str, float]]:
+        """The counters this process currently sees, model -> user -> counter."""
+        return self._mirror.snapshot()
+
+    async def start(self) -> None:
+        """Starts the background exchanges (a first one right away)."""
+        if self._task is None:
+            self._stopping.clear()
+            self._task = asyncio.create_task(self._run(), name="fairshare-sync")
+
+    async def stop(self) -> None:
+        """Stops the exchanges, pushes what is pending (logged if Redis cannot take it), and
+        closes the client if this state owns it."""
+        task, self._task = self._task, None
+        if task is not None:
+            self._stopping.set()
+            # Let an exchange in progress finish: cancelling it would leave its batch in doubt.
+            _, running = await asyncio.wait({task}, timeout=self.timeout + self.sync_interval)
+            if running:  # stuck past its own timeout: its batch stays in doubt, re-sent below
+                task.cancel()
+                await asyncio.wait({task})
+        try:
+            await self.flush()
+        finally:
+            if self._owns_client:
+                await self._client.aclose()
+
+    async def flush(self) -> bool:
+        """Exchanges until nothing is pending; False (logged) if Redis could not take it all."""
+        for _ in range(3):  # a batch in doubt, then what is pending, then what came meanwhile
+            if not await self.sync():
+                left = self.pending
+                if left:
+                    log.warning("fair-share writes not pushed to Redis", pending=left)
+                return False
+            if not self.pending:
+                return True
+        return not self.pending
+
+    async def sync(self) -> bool:
+        """One exchange with Redis: pushes the pending writes (or re-sends a batch in doubt) and
+        pulls the merged values. True if Redis answered; errors are logged, never raised."""
+        async with self._lock:
+            if self._in_doubt is None:
+                batch = self._mirror.take_batch(self._clock())
+                if not batch:
+                    return True
+                self._seq += 1
+                self._in_doubt = (self._seq, batch)
+            seq, batch = self._in_doubt
+            try:
+                pulled = await self._exchange(seq, batch)
+            except FairShareUnavailable as exc:
+                self._degraded(str(exc))
+                return False
+            self._in_doubt = None
+            self._mirror.merge(pulled)
+            self.exchanges += 1
+            if self._down_since is not None:
+                log.info(
+                    "fair-share counters shared through Redis again",
+                    after_s=round(self._clock() - self._down_since, 3),
+                )
+                self._down_since = None
+            return True
+
+    # -- internals ------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                ok = await self.sync()
+            except Exception as exc:  # a bug must not stop the sharing for good
+                log.error("fair-share sync failed", exc_info=exc)
+                ok = False
+            pause = self.sync_interval if ok else self.retry_after
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), pause)
+
+    def _degraded(self, reason: str) -> None:
+        self.failures += 1
+        if self._down_since is None:
+            self._down_since = self._clock()
+            log.warning(
+                "fair-share counters kept locally: Redis unreachable",
+                reason=reason,
+                pending=self.pending,
+            )
+        if self._on_degraded is not None:
+            self._on_degraded(reason)
+
+    async def _exchange(self, seq: int, batch: Batch) -> Pulled:
+        keys = [f"{self._prefix}floors", self._sender_key]
+        index: dict[str, int] = {}
+
+        def key_of(model: str) -> int:
+            k = index.get(model)
+            if k is None:
+                keys.append(f"{self._prefix}counters:{model}")
+                k = index[model] = len(keys)  # Lua's KEYS are 1-based
+            return k
+
+        args: list[str | int] = [seq, _SENDER_TTL_S, len(batch.ops)]
+        for (model, user), op in batch.ops.items():
+            at_least = "" if op.at_least == -math.inf else _num(op.at_least)
+            args += [key_of(model), user, _num(op.add), at_least]
+        args.append(len(batch.floors))
+        for model, to in batch.floors.items():
+            args += [model, _num(to)]
+        args.append(len(batch.pull))
+        for model, user in batch.pull:
+            args += [key_of(model), user]
+        args.append(len(batch.pull_floors))
+        args += batch.pull_floors
+        with _unavailable_on_redis_errors():
+            async with asyncio.timeout(self.timeout):
+                reply = await self._eval(keys, args)
+        return _parse(batch.pull, batch.pull_floors, reply)
+
+    async def _eval(self, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        client = self._client
+        if self._sha is None:
+            self._sha = _text(await _await(client.script_load(self._script)))
+        try:
+            return await _await(client.evalsha(self._sha, len(keys), *keys, *args))
+        except redis_errors.NoScriptError:
+            # The server lost its script cache (restart, SCRIPT FLUSH, failover).
+            self._sha = _text(await _await(client.script_load(self._script)))
+            return await _await(client.evalsha(self._sha, len(keys), *keys, *args))
+
+
+def _parse(pull: list[Account], pull_floors: list[str], reply: Sequence[object]) -> Pulled:
+    if len(reply) != len(pull) + len(pull_floors):
+        raise FairShareUnavailable(f"unexpected reply of {len(reply)} values from the script")
+    values = [_text(v) for v in reply]
+    counters = {acct: float(v) if v else None for acct, v in zip(pull, values, strict=False)}
+    floors = {
+        model: float(v) if v else None
+        for model, v in zip(pull_floors, values[len(pull) :], strict=True)
+    }
+    return Pulled(counters, floors)

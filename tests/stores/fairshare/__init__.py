@@ -1,0 +1,1 @@
+"""Tests for the fair-share counters shared through Redis."""
