@@ -1,4 +1,6 @@
-"""Fairness benchmark, simulated-clock mode (BENCHMARKS.md §2): `python -m bench.fairness`.
+"""Fairness benchmark (BENCHMARKS.md §2).
+
+Simulated-clock mode, `python -m bench.fairness`:
 
     workload.py    seeded open-loop traces, the simulated cluster
     policies.py    ours (the real FairQueue), FCFS, round robin, per-minute rate limit
@@ -8,6 +10,11 @@
     decision.py    decision time of the real queue with 500 waiting jobs (wall and CPU time)
     report.py      target table, fairness.json and fairness.md in bench/results/
 
-The real-time end-to-end mode through the HTTP gateway, and two replicas sharing Redis, are not
-part of this package yet.
+Real-time end-to-end mode through the HTTP gateway, `python -m bench.fairness.realtime`:
+
+    realtime.py      simulators, gateway processes, streaming clients; weights and flood for
+                     FCFS, ours, ours over the Redis state, and two replicas sharing Redis
+    gateway_proc.py  one gateway process with its capacity gate chosen on the command line
+    fifo.py          the FIFO queue of the FCFS baseline
+    rt_metrics.py    the same figures, from what the clients saw
 """

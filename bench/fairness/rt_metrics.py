@@ -149,30 +149,45 @@ def utilisation(shots: list[Shot], a: float, b: float, slots: int, horizon: floa
 
 def light_delays(
     shots: list[Shot], light: set[str], slots_per_gateway: int, horizon: float
-) -> tuple[list[float], list[float]]:
-    """(delays, excess delays) in seconds of the light users' requests; an unserved one counts
-    up to the end of the run."""
+) -> tuple[list[float], list[float], list[float]]:
+    """(delays, strict excess, owed excess) in seconds of the light users' requests, as in the
+    simulated-clock mode: "strict" takes the next slot to free after sending, "owed" skips slots
+    already owed to an earlier light request still waiting. An unserved request counts up to the
+    end of the run."""
     delays: list[float] = []
-    excess: list[float] = []
+    strict: list[float] = []
+    owed: list[float] = []
     busy: dict[int, list[tuple[float, float]]] = {}
+    frees: dict[int, list[float]] = {}
     for s in shots:
         if s.first is not None:
             end = s.end if s.end is not None else horizon
             busy.setdefault(s.gateway, []).append((s.first, end))
-    for spans in busy.values():
-        spans.sort()
-    for s in shots:
-        if s.user not in light:
-            continue
+            if s.end is not None:
+                frees.setdefault(s.gateway, []).append(s.end)
+    for times in frees.values():
+        times.sort()
+    taken: dict[int, set[int]] = {}
+    for s in sorted((s for s in shots if s.user in light), key=lambda s: s.sent):
         delay = (s.first if s.first is not None else horizon) - s.sent
-        spans = busy.get(s.gateway, [])
-        # Requests holding a slot when this one was sent (its own start excluded).
-        k = bisect.bisect_right(spans, (s.sent, float("inf")))
-        holding = [end for start, end in spans[:k] if end > s.sent and start != s.first]
-        slot_wait = 0.0 if len(holding) < slots_per_gateway else min(holding) - s.sent
         delays.append(delay)
-        excess.append(max(0.0, delay - slot_wait))
-    return delays, excess
+        # A slot was idle if fewer requests than slots held one when this one was sent.
+        holding = sum(1 for a, b in busy.get(s.gateway, []) if a <= s.sent < b and a != s.first)
+        times = frees.get(s.gateway, [])
+        i = bisect.bisect_left(times, s.sent)
+        if holding < slots_per_gateway:
+            strict.append(max(0.0, delay))
+            owed.append(max(0.0, delay))
+            continue
+        next_free = times[i] if i < len(times) else horizon
+        strict.append(max(0.0, delay - (next_free - s.sent)))
+        used = taken.setdefault(s.gateway, set())
+        while i in used:
+            i += 1
+        used.add(i)
+        ref = times[i] if i < len(times) else horizon
+        owed.append(max(0.0, delay - (ref - s.sent)))
+    return delays, strict, owed
 
 
 def summary(values: Iterable[float], scale: float = 1.0) -> dict[str, float]:

@@ -181,7 +181,7 @@ class Pool:
         *,
         stream: bool = False,
         cancel_after: int = 0,
-        timeout: float = 10.0,  # noqa: ASYNC109
+        timeout: float = 10.0,
     ) -> Result:
         conn: _Conn | None = None
         try:
@@ -230,7 +230,7 @@ async def open_loop(
     *,
     stream: bool = False,
     cancel_after: int = 0,
-    timeout: float = 10.0,  # noqa: ASYNC109
+    timeout: float = 10.0,
 ) -> tuple[list[Result], float]:
     """Sends round(rate * duration) requests on a fixed schedule; returns them and t0."""
     n = max(1, round(rate * duration))
@@ -266,7 +266,7 @@ async def closed_loop(
     duration: float,
     *,
     stream: bool = False,
-    timeout: float = 30.0,  # noqa: ASYNC109
+    timeout: float = 30.0,
 ) -> tuple[list[Result], float]:
     """`concurrency` workers, each sending its next request when the last one ends."""
     t0 = time.monotonic()

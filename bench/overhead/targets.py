@@ -129,9 +129,7 @@ class Server:
                 print(f"  cleanup of {self.name} failed: {exc}", file=sys.stderr)
 
 
-def _spawn(
-    argv: list[str], log: Path, core: str, env: dict[str, str | None] | None = None
-) -> Any:
+def _spawn(argv: list[str], log: Path, core: str, env: dict[str, str | None] | None = None) -> Any:
     """Starts `argv` pinned to `core`; `env` entries of None are removed from the environment."""
     pinned = ["taskset", "-c", core, *argv] if shutil.which("taskset") else argv
     environ = dict(os.environ)
@@ -150,7 +148,7 @@ def _spawn(
     )
 
 
-async def _wait_ready(server: Server, path: str, timeout: float = 180.0) -> None:  # noqa: ASYNC109
+async def _wait_ready(server: Server, path: str, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:

@@ -4,6 +4,8 @@
   `cli(...)` runs the administration commands the same way.
 - `Rig`: one simulated vLLM engine (optionally wrapped in a test's ASGI middleware) and one
   gateway, both in this process on their own threads, over a database URL the test chooses.
+- `EngineGate`: middleware that holds generation requests at the engine's door, so a test
+  decides when admitted requests may finish instead of racing a timer.
 - Requests in each dialect: `PATHS`, `chat_body`, `text_of_chunk`.
 
 Every gateway here serves a single model, `chat`, from one backend, so a test knows which
@@ -24,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -225,7 +227,6 @@ class Rig:
     settings: Settings
     gateway: ThreadServer
     app: FastAPI
-    extra: list[ThreadServer] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -241,8 +242,8 @@ class Rig:
         self.gateway = ThreadServer(self.app).start()
 
     def close(self) -> None:
-        for server in (self.gateway, self.sim, *self.extra):
-            server.stop()
+        self.gateway.stop()
+        self.sim.stop()
 
 
 def start_rig(
@@ -251,12 +252,11 @@ def start_rig(
     groups: list[dict[str, Any]],
     users: list[dict[str, Any]],
     wrap: Callable[[ASGIApp], ASGIApp] | None = None,
-    sim: dict[str, Any] | None = None,
     **top: Any,
 ) -> Rig:
     """The database must already be migrated; the config's groups and users are applied when
-    the gateway starts."""
-    app = sim_app(**(sim or {}))
+    the gateway starts. `top` adds top-level config keys (redis_url, ...)."""
+    app = sim_app()
     sim_server = ThreadServer(wrap(app) if wrap else app).start()
     try:
         settings = settings_from_dict(

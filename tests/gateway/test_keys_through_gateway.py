@@ -131,16 +131,16 @@ def test_a_new_key_works_in_every_header_spelling(setup: Setup, dialect: str, he
 # case -> (headers from the keys, what the message says)
 CASES: dict[str, tuple[Any, str]] = {
     "missing": (lambda k: {}, "missing API key"),
-    "not bearer": (lambda k: {"Authorization": f"Basic {k.valid}"}, "malformed API key"),
-    "bearer no key": (lambda k: {"Authorization": "Bearer"}, "malformed API key"),
-    "not a key": (lambda k: {"Authorization": "Bearer sk-abc123"}, "malformed API key"),
-    "short key": (lambda k: {"x-api-key": "mr2_short"}, "malformed API key"),
-    "bad characters": (lambda k: {"X-API-Key": k.valid[:-1] + "!"}, "malformed API key"),
+    "not-bearer": (lambda k: {"Authorization": f"Basic {k.valid}"}, "malformed API key"),
+    "bearer-no-key": (lambda k: {"Authorization": "Bearer"}, "malformed API key"),
+    "not-a-key": (lambda k: {"Authorization": "Bearer sk-abc123"}, "malformed API key"),
+    "short-key": (lambda k: {"x-api-key": "mr2_short"}, "malformed API key"),
+    "bad-characters": (lambda k: {"X-API-Key": k.valid[:-1] + "!"}, "malformed API key"),
     "unknown": (lambda k: {"Authorization": f"Bearer {k.unknown}"}, "invalid API key"),
-    "wrong secret": (lambda k: {"x-api-key": k.wrong_secret}, "invalid API key"),
+    "wrong-secret": (lambda k: {"x-api-key": k.wrong_secret}, "invalid API key"),
     "revoked": (lambda k: {"Authorization": f"Bearer {k.revoked}"}, "API key revoked"),
     "expired": (lambda k: {"X-API-Key": k.expired}, "API key expired"),
-    "inactive user": (lambda k: {"Authorization": f"Bearer {k.inactive}"}, "inactive"),
+    "inactive-user": (lambda k: {"Authorization": f"Bearer {k.inactive}"}, "inactive"),
 }
 
 
@@ -160,7 +160,7 @@ def test_refused_in_the_dialects_error_shape(setup: Setup, dialect: str, case: s
     assert len(setup.rig.sim_state.records) == before
 
 
-SDK_CASES = ("unknown", "revoked", "expired", "inactive user")
+SDK_CASES = ("unknown", "revoked", "expired", "inactive-user")
 
 
 def _sdk_key(keys: Keys, case: str) -> str:
@@ -168,7 +168,7 @@ def _sdk_key(keys: Keys, case: str) -> str:
         "unknown": keys.unknown,
         "revoked": keys.revoked,
         "expired": keys.expired,
-        "inactive user": keys.inactive,
+        "inactive-user": keys.inactive,
     }[case]
 
 
@@ -227,6 +227,7 @@ async def _change(url: str, change: str, key: str, user: str) -> None:
 @pytest.mark.parametrize(
     ("change", "says"),
     [("revoke", "API key revoked"), ("expire", "API key expired"), ("deactivate", "inactive")],
+    ids=["revoke", "expire", "deactivate"],
 )
 def test_a_key_in_use_stops_working_when_changed(setup: Setup, change: str, says: str) -> None:
     """A key that works (and so sits in the gateway's cache) is refused soon after the change,

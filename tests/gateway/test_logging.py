@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import httpx
-import structlog
 import pytest
+import structlog
 
 from mindrouter.app import build_app
 from mindrouter.observability.logging import configure_logging

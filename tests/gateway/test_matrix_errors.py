@@ -9,6 +9,7 @@ the middle of a stream is reported in-band in each dialect's own way.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,19 @@ import anthropic
 import ollama
 import pytest
 
-from tests.gateway.stack import ENGINES, Stack
+from mindrouter.app import build_app
+from mindrouter.serving import ThreadServer
+from mindrouter.settings import settings_from_dict
+from mindrouter.sim import build_sim_app
+from tests.gateway.stack import (
+    ENGINES,
+    SIM_ENGINES,
+    Stack,
+    gateway_config,
+    prepare_database,
+    sim_config,
+    sqlite_url,
+)
 from tests.gateway.test_ollama_entry import HTTP
 
 MESSAGES = "/anthropic/v1/messages"
@@ -550,23 +563,40 @@ def test_ollama_sdk_authentication_error(stack: Stack) -> None:
     assert exc.value.status_code == 401
 
 
-@pytest.fixture
-def dropping(stack: Stack, request: pytest.FixtureRequest) -> Iterator[str]:
-    """Makes one engine cut its streams after three chunks, for the duration of a test."""
-    engine: str = request.param
-    config = stack.sim_state(engine).config
-    config.drop_after = 3
+@pytest.fixture(scope="module")
+def fragile() -> Iterator[Stack]:
+    """A stack of its own whose engines cut every stream after three chunks.
+
+    Broken streams count against a backend's circuit breaker, which would soon take the backends
+    out of service; with a stack of its own nobody else notices, and its breaker never opens.
+    """
+    apps = {e: build_sim_app(sim_config(e, drop_after=3)) for e in SIM_ENGINES}
+    sims = {e: ThreadServer(app).start() for e, app in apps.items()}
+    config = gateway_config(
+        {e: s.url for e, s in sims.items()}, database_url=sqlite_url(), breaker_threshold=10**6
+    )
+    settings = settings_from_dict(config)
+    key = asyncio.run(prepare_database(settings))
+    app = build_app(settings)
+    fragile = Stack(
+        gateway=ThreadServer(app).start(),
+        sims=sims,
+        sim_states={e: a.state.sim for e, a in apps.items()},
+        settings=settings,
+        app=app,
+        key=key,
+    )
     try:
-        yield engine
+        yield fragile
     finally:
-        config.drop_after = None
+        fragile.close()
 
 
-@pytest.mark.parametrize("dropping", ENGINES, indirect=True)
-def test_anthropic_stream_broken_mid_way(stack: Stack, dropping: str) -> None:
-    body = {**OK_MESSAGES, "model": f"chat-{dropping}", "stream": True}
+@pytest.mark.parametrize("engine", ENGINES)
+def test_anthropic_stream_broken_mid_way(fragile: Stack, engine: str) -> None:
+    body = {**OK_MESSAGES, "model": f"chat-{engine}", "stream": True}
     events: list[tuple[str, dict[str, Any]]] = []
-    with HTTP.stream("POST", stack.url + MESSAGES, json=body, headers=stack.auth) as r:
+    with HTTP.stream("POST", fragile.url + MESSAGES, json=body, headers=fragile.auth) as r:
         assert r.status_code == 200
         name = ""
         for line in r.iter_lines():
@@ -581,12 +611,12 @@ def test_anthropic_stream_broken_mid_way(stack: Stack, dropping: str) -> None:
     assert data["error"]["type"] == "api_error" and data["error"]["message"]
     assert not {"message_delta", "message_stop"} & {n for n, _ in events}
     client = anthropic.Anthropic(
-        base_url=stack.url + "/anthropic", api_key=stack.key, max_retries=0
+        base_url=fragile.url + "/anthropic", api_key=fragile.key, max_retries=0
     )
     with (
         pytest.raises(anthropic.APIStatusError),
         client.messages.stream(
-            model=f"chat-{dropping}",
+            model=f"chat-{engine}",
             max_tokens=16,
             messages=USER,  # type: ignore[arg-type]
         ) as s,
@@ -594,18 +624,18 @@ def test_anthropic_stream_broken_mid_way(stack: Stack, dropping: str) -> None:
         s.get_final_message()
 
 
-@pytest.mark.parametrize("dropping", ENGINES, indirect=True)
-def test_ollama_stream_broken_mid_way(stack: Stack, dropping: str) -> None:
-    body = {**OK_CHAT, "model": f"chat-{dropping}", "stream": True}
-    with HTTP.stream("POST", stack.url + "/api/chat", json=body, headers=stack.auth) as r:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ollama_stream_broken_mid_way(fragile: Stack, engine: str) -> None:
+    body = {**OK_CHAT, "model": f"chat-{engine}", "stream": True}
+    with HTTP.stream("POST", fragile.url + "/api/chat", json=body, headers=fragile.auth) as r:
         assert r.status_code == 200
         lines = [json.loads(line) for line in r.iter_lines()]
     assert all(line.get("done") is False for line in lines[:-1])
     assert list(lines[-1]) == ["error"] and isinstance(lines[-1]["error"], str)
-    client = ollama.Client(host=stack.url, headers=stack.auth)
+    client = ollama.Client(host=fragile.url, headers=fragile.auth)
     with pytest.raises(ollama.ResponseError):
-        list(client.chat(model=f"chat-{dropping}", messages=USER, stream=True))
+        list(client.chat(model=f"chat-{engine}", messages=USER, stream=True))
     # Unstreamed, the same failure is an error status: nothing was sent yet.
     with pytest.raises(ollama.ResponseError) as exc:
-        client.chat(model=f"chat-{dropping}", messages=USER)
+        client.chat(model=f"chat-{engine}", messages=USER)
     assert exc.value.status_code == 502

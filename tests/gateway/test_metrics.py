@@ -3,6 +3,8 @@ requests flow."""
 
 from __future__ import annotations
 
+import contextlib
+
 import httpx
 import openai
 from prometheus_client.parser import text_string_to_metric_families
@@ -34,12 +36,10 @@ def test_series_move_when_requests_flow(stack: Stack, oai: openai.OpenAI) -> Non
     )
     for _ in stream:
         pass
-    try:
+    with contextlib.suppress(openai.BadRequestError):
         oai.chat.completions.create(
             model="chat-vllm", messages=[{"role": "user", "content": "x"}], temperature=9
         )
-    except openai.BadRequestError:
-        pass
     after = scrape(stack)
 
     def grew(name: str, **labels: str) -> float:

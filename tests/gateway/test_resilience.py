@@ -470,9 +470,11 @@ def test_drop_mid_stream_openai(dropping: Cluster) -> None:
     ) as r:
         assert r.status_code == 200
         payloads = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
-    # Some text went out, then one error object, and no [DONE]: the reply is not complete.
-    assert "[DONE]" not in payloads
-    *chunks, last = [json.loads(p) for p in payloads]
+    # Some text went out, then one error object; like vLLM, the stream still ends with [DONE],
+    # but no chunk ever carried a finish_reason.
+    assert payloads[-1] == "[DONE]"
+    *chunks, last = [json.loads(p) for p in payloads[:-1]]
+    assert all(ch["choices"][0]["finish_reason"] is None for ch in chunks if ch["choices"])
     assert any(ch["choices"] and ch["choices"][0]["delta"].get("content") for ch in chunks)
     assert set(last) == {"error"}
     assert last["error"]["type"] == "server_error" and "dropped" in last["error"]["message"]
@@ -614,7 +616,7 @@ def test_breaker_opens_after_three_failures_and_probes_once(breaking: Cluster) -
     # Closed again, and preferred again.
     _served(c)
     assert c.seen("bad") == 6
-    rows = c.audit(20)
+    rows = c.audit(17)
     assert all(r["status"] == "ok" for r in rows)
 
 
@@ -752,7 +754,8 @@ def test_no_capacity_within_the_wait_is_overloaded(cluster_factory: Callable[...
     body = request_body("openai", True, max_tokens=200)
     with HTTP.stream("POST", c.url + PATHS["openai"], json=body, headers=c.auth) as held:
         assert held.status_code == 200
-        next(held.iter_lines())  # the only slot is taken while this stream is open
+        lines = held.iter_lines()  # kept: a dropped line iterator would close the stream
+        next(lines)  # the only slot is taken while this stream is open
         expected = {"openai": 503, "anthropic": 529, "ollama": 503}
         for dialect in DIALECTS:
             for stream in (False, True):

@@ -161,7 +161,11 @@ class Poller(threading.Thread):
         deadline = time.monotonic() + self.deadline_s
         with httpx.Client(base_url=self.url, headers=bearer(self.key), timeout=5) as client:
             while time.monotonic() < deadline:
-                r = client.get("/v1/models")
+                try:
+                    r = client.get("/v1/models")
+                except httpx.HTTPError as exc:
+                    self.error = f"request failed: {exc!r}"
+                    break
                 if r.status_code == 401:
                     self.refused_at = time.time()
                     self.body = r.json()

@@ -255,4 +255,4 @@ class Flight:
                 await s.limits.settle(self.ticket, used, s.wall())
             except Exception as exc:
                 log.error("settling limits failed", error=str(exc), tokens=used)
-            s.usage.record(self.principal.user_id, used)
+            s.usage.record(self.principal.user_id, used, s.wall(), self.ticket.period_start)

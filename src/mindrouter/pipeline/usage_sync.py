@@ -19,7 +19,9 @@ from mindrouter.stores.records import UsageCounters
 
 
 class UsageLedger(Protocol):
-    async def add_usage(self, user_id: int, tokens: int, now: datetime) -> UsageCounters: ...
+    async def add_usage(
+        self, user_id: int, tokens: int, now: datetime, period_start: datetime | None = None
+    ) -> UsageCounters: ...
 
     async def get_usage(self, user_id: int, now: datetime | None = None) -> UsageCounters: ...
 
@@ -34,7 +36,9 @@ class UsageSync:
         self._limits = limits
         self._interval = interval
         self._seeded: set[int] = set()
-        self._pending: dict[int, int] = {}
+        # (user, period start) -> [tokens, time of the last charge]: charges of different periods
+        # stay apart, so each lands in its own period in the database.
+        self._pending: dict[tuple[int, float], list[float]] = {}
         self._task: asyncio.Task[None] | None = None
 
     async def ensure_seeded(self, user_id: int) -> None:
@@ -50,19 +54,26 @@ class UsageSync:
             )
         self._seeded.add(user_id)
 
-    def record(self, user_id: int, tokens: int) -> None:
+    def record(self, user_id: int, tokens: int, charged_at: float, period_start: float) -> None:
         if tokens > 0:
-            self._pending[user_id] = self._pending.get(user_id, 0) + tokens
+            entry = self._pending.setdefault((user_id, period_start), [0, charged_at])
+            entry[0] += tokens
+            entry[1] = max(entry[1], charged_at)
 
     async def flush(self) -> None:
         pending, self._pending = self._pending, {}
-        now = datetime.now(UTC)
-        for user_id, tokens in pending.items():
+        for (user_id, start), (tokens, charged_at) in sorted(pending.items()):
             try:
-                await self._ledger.add_usage(user_id, tokens, now)
+                await self._ledger.add_usage(
+                    user_id,
+                    int(tokens),
+                    datetime.fromtimestamp(charged_at, UTC),
+                    datetime.fromtimestamp(start, UTC),
+                )
             except Exception as exc:
                 # Keep the tokens for the next round rather than lose them.
-                self._pending[user_id] = self._pending.get(user_id, 0) + tokens
+                entry = self._pending.setdefault((user_id, start), [0, charged_at])
+                entry[0] += tokens
                 log.error("usage flush failed", user_id=user_id, tokens=tokens, error=str(exc))
 
     async def start(self) -> None:

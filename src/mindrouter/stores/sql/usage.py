@@ -77,13 +77,17 @@ class SqlUsageStore:
             row = await _state(conn, user_id)
         return _counters(user_id, row.days, row, now or utcnow())
 
-    async def add_usage(self, user_id: int, tokens: int, now: datetime) -> UsageCounters:
+    async def add_usage(
+        self, user_id: int, tokens: int, now: datetime, period_start: datetime | None = None
+    ) -> UsageCounters:
+        """Charge `tokens` at time `now`. `period_start` is where a user's first period began
+        (the moment of their first admitted request); without it, `now`."""
         if tokens < 0:
             raise InvalidRequest("tokens must not be negative")
         for _ in range(MAX_ATTEMPTS):
             try:
                 async with self.engine.begin() as conn:
-                    done = await self._try_add(conn, user_id, tokens, now)
+                    done = await self._try_add(conn, user_id, tokens, now, period_start)
                     if done is not None:
                         return done
             except IntegrityError:
@@ -94,22 +98,28 @@ class SqlUsageStore:
         raise InternalError("usage counters are too contended to update; try again")
 
     async def _try_add(
-        self, conn: AsyncConnection, user_id: int, tokens: int, now: datetime
+        self,
+        conn: AsyncConnection,
+        user_id: int,
+        tokens: int,
+        now: datetime,
+        first_start: datetime | None = None,
     ) -> UsageCounters | None:
         """One attempt; None when another writer changed the period in between."""
         row = await _state(conn, user_id)
         days = row.days
         if row.period_start is None:
+            start = first_start if first_start is not None and first_start <= now else now
             await conn.execute(
                 insert(usage).values(
                     user_id=user_id,
-                    period_start=now,
+                    period_start=start,
                     period_tokens=tokens,
                     lifetime_tokens=tokens,
                     updated_at=utcnow(),
                 )
             )
-            return UsageCounters(user_id, now, tokens, tokens, days)
+            return UsageCounters(user_id, start, tokens, tokens, days)
         start = current_period_start(row.period_start, days, now)
         new_period = usage.c.period_tokens + tokens if start == row.period_start else tokens
         result = await conn.execute(

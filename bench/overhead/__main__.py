@@ -1,0 +1,33 @@
+"""`python -m bench.overhead [--short]`: see bench/overhead/__init__.py and docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from bench.overhead.run import main
+
+
+def cli() -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.overhead",
+        description="Gateway overhead: MindRouter bare and governed beside LiteLLM, one core each.",
+    )
+    parser.add_argument(
+        "--short",
+        action="store_true",
+        help="about a minute: fewer rates, one round, no soak; reports figures, never fails",
+    )
+    ns = parser.parse_args()
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    return runner(main(ns.short))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

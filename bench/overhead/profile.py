@@ -1,0 +1,269 @@
+"""Where the gateway's time goes under load: py-spy samples of a gateway at a fixed open-loop rate.
+
+    .venv/bin/python -m bench.overhead.profile [--profile governed|bare] [--rate 150]
+        [--duration 30] [--variant default|uvloop|...]
+
+py-spy is installed into a throwaway virtual environment outside the repository
+(~/.cache/mindrouter/tools-venv) the first time. It samples the running gateway without pausing
+it (`--nonblocking`) and only while a thread is on the CPU (idle threads are not sampled), so the
+shares below are shares of the gateway's CPU time. The collapsed stacks are kept next to the
+report, for a flame graph (`flamegraph.pl` or speedscope) or a closer look.
+
+Variants start the same `mindrouter serve` with one thing changed from outside the source tree,
+to measure what a recommended change would gain before anyone makes it:
+- default: as shipped;
+- uvloop:  the event loop is uvloop's instead of asyncio's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.overhead import run, targets
+from bench.overhead.client import Pool, open_loop
+from bench.overhead.targets import HOST
+
+TOOLS = Path.home() / ".cache" / "mindrouter" / "tools-venv"
+VARIANTS: dict[str, str] = {
+    "default": "",
+    "uvloop": "import uvloop; uvloop.install()",
+}
+
+
+def launcher(variant: str) -> list[str] | None:
+    prelude = VARIANTS[variant]
+    if not prelude:
+        return None
+    code = f"import sys; {prelude}; from mindrouter.cli import main; sys.exit(main(sys.argv[1:]))"
+    return [sys.executable, "-c", code]
+
+
+def py_spy() -> Path:
+    exe = TOOLS / "bin" / "py-spy"
+    if not exe.exists():
+        base = Path(sys.base_prefix) / "bin" / "python3"
+        subprocess.run([str(base), "-m", "venv", str(TOOLS)], check=True)
+        subprocess.run([str(TOOLS / "bin" / "pip"), "install", "--quiet", "py-spy"], check=True)
+    return exe
+
+
+def _frame_key(frame: str) -> str:
+    """`function (path/to/file.py:123)` -> `function (file path, without the line)`."""
+    name, _, where = frame.partition(" (")
+    path = where.rstrip(")").rsplit(":", 1)[0]
+    for marker in ("site-packages/", "/src/", "lib/python3.11/"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+            break
+    return f"{name} ({path})"
+
+
+# A thread parked in epoll_wait is not working; py-spy still samples it when the kernel reports it
+# runnable (it has just been woken, or waits for the CPU on a busy machine).
+WAITING = frozenset({"EpollSelector.select (selectors.py)", "select (selectors.py)"})
+
+
+def summarize(collapsed: Path) -> dict[str, Any]:
+    self_time: Counter[str] = Counter()
+    cumulative: Counter[str] = Counter()
+    modules: Counter[str] = Counter()
+    threads: Counter[str] = Counter()
+    total = waiting = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack:
+            continue
+        count = int(count_text)
+        parts = stack.split(";")
+        frames = [_frame_key(f) for f in parts if " (" in f and not f.startswith("thread (")]
+        if not frames:
+            continue
+        if frames[-1] in WAITING:
+            waiting += count
+            continue
+        total += count
+        threads[_thread_kind(frames)] += count
+        self_time[frames[-1]] += count
+        for key in set(frames):
+            cumulative[key] += count
+        leaf_path = frames[-1].rsplit(" (", 1)[1].rstrip(")")
+        modules[_package(leaf_path)] += count
+    return {
+        "samples": total,
+        "waiting": waiting,
+        "self": self_time,
+        "cumulative": cumulative,
+        "modules": modules,
+        "threads": threads,
+    }
+
+
+def _thread_kind(frames: list[str]) -> str:
+    if any("aiosqlite" in f for f in frames):
+        return "aiosqlite worker thread"
+    if any(f.startswith("_worker (concurrent") for f in frames):
+        return "executor thread (to_thread)"
+    return "event loop thread"
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of each thread of `pid`, keyed by `name/tid`."""
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        out[f"{name}/{tid}"] = (int(fields[11]) + int(fields[12])) / targets.CLK_TCK
+    return out
+
+
+def _package(path: str) -> str:
+    parts = path.split("/")
+    if parts[0] == "mindrouter" and len(parts) > 1:
+        return "/".join(parts[:2]).removesuffix(".py")
+    return parts[0].removesuffix(".py")
+
+
+async def profile(ns: argparse.Namespace) -> Path:
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
+    spy = py_spy()
+    workdir = targets.workdir()
+    mock = await targets.start_mock(workdir)
+    servers = [mock]
+    try:
+        gw = await targets.start_mindrouter(
+            ns.profile, mock.port, workdir, launcher=launcher(ns.variant)
+        )
+        servers.append(gw)
+        pool = Pool(HOST, gw.port)
+        raw = run.Target("gw", gw, gw.headers, pool).raw(run.chat_body())
+        await open_loop(pool, raw, 100, 3.0, timeout=30)  # warm-up
+        await asyncio.sleep(1.0)
+        out = run.RESULTS / f"overhead-profile-{ns.profile}-{ns.variant}.txt"
+        spy_proc = subprocess.Popen(
+            [
+                str(spy),
+                "record",
+                "--pid",
+                str(gw.proc.pid),
+                "--rate",
+                str(ns.sample_rate),
+                "--duration",
+                str(int(ns.duration)),
+                "--format",
+                "raw",
+                "--nonblocking",
+                "--threads",
+                "--output",
+                str(out),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        await asyncio.sleep(0.5)
+        gw.refresh_pids()
+        cpu0 = gw.cpu()
+        threads0 = thread_cpu(gw.proc.pid)
+        results, t0 = await open_loop(pool, raw, ns.rate, ns.duration - 1.0, timeout=10)
+        cpu = gw.cpu() - cpu0
+        threads1 = thread_cpu(gw.proc.pid)
+        _, err = await asyncio.to_thread(spy_proc.communicate)
+        if spy_proc.returncode != 0:
+            raise RuntimeError(f"py-spy failed: {err.decode(errors='replace')[-2000:]}")
+        pool.close()
+    finally:
+        for server in reversed(servers):
+            await server.stop()
+    stats = run.unary_summary(results, t0, ns.rate)
+    stats["cpu_us_per_request"] = cpu / len(results) * 1e6
+    stats["threads_us_per_request"] = {
+        name: (t - threads0.get(name, 0.0)) / len(results) * 1e6
+        for name, t in sorted(threads1.items(), key=lambda kv: -kv[1] + threads0.get(kv[0], 0))
+        if t - threads0.get(name, 0.0) > 0
+    }
+    report = _report(ns, stats, summarize(out), out)
+    path = run.RESULTS / f"overhead-profile-{ns.profile}-{ns.variant}.md"
+    path.write_text(report)
+    print(report)
+    print(f"wrote {path}")
+    return path
+
+
+def _report(ns: argparse.Namespace, stats: dict[str, Any], s: dict[str, Any], raw: Path) -> str:
+    total = s["samples"] or 1
+    lines = [
+        f"# Profile: MindRouter {ns.profile}, variant {ns.variant}, {ns.rate} RPS open loop",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
+        f"{os.getloadavg()[0]:.2f}; py-spy at {ns.sample_rate} Hz, on-CPU samples only, "
+        f"{s['samples']} samples. Collapsed stacks: `{raw.name}`.",
+        "",
+        f"Requests {stats['requests']}, errors {stats['errors']}, p50 {stats['p50_ms']:.2f} ms, "
+        f"p99 {stats['p99_ms']:.2f} ms (from intended send time, mock ~0 ms), "
+        f"CPU {stats['cpu_us_per_request']:.0f} µs per request.",
+        "",
+        "CPU per thread (from /proc, µs per request): "
+        + ", ".join(f"{k} {v:.0f}" for k, v in stats["threads_us_per_request"].items())
+        + ".",
+        "",
+        f"Samples parked in epoll (not counted below): {s['waiting']}. Samples by thread kind: "
+        + ", ".join(f"{k} {v / total:.1%}" for k, v in s["threads"].most_common())
+        + ".",
+        "",
+        "## By package (leaf frame)",
+        "",
+        "| package | share |",
+        "|---|---:|",
+    ]
+    lines += [f"| {k} | {v / total:.1%} |" for k, v in s["modules"].most_common(25)]
+    lines += ["", "## Top functions by self time", "", "| function | self |", "|---|---:|"]
+    lines += [f"| `{k}` | {v / total:.1%} |" for k, v in s["self"].most_common(ns.top)]
+    lines += [
+        "",
+        "## Top functions by cumulative time (on the stack)",
+        "",
+        "| function | cumulative | µs per request |",
+        "|---|---:|---:|",
+    ]
+    per_request = stats["cpu_us_per_request"]
+    lines += [
+        f"| `{k}` | {v / total:.1%} | {v / total * per_request:.0f} |"
+        for k, v in s["cumulative"].most_common(ns.top * 2)
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.overhead.profile", description=__doc__)
+    parser.add_argument("--profile", choices=("bare", "governed"), default="governed")
+    parser.add_argument("--variant", choices=sorted(VARIANTS), default="default")
+    parser.add_argument("--rate", type=int, default=150)
+    parser.add_argument("--duration", type=float, default=30.0)
+    parser.add_argument("--sample-rate", type=int, default=250)
+    parser.add_argument("--top", type=int, default=30)
+    ns = parser.parse_args()
+    try:
+        import uvloop
+
+        uvloop.run(profile(ns))
+    except ImportError:
+        asyncio.run(profile(ns))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

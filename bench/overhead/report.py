@@ -1,0 +1,262 @@
+"""The Markdown report of an overhead run: figures, ratios to LiteLLM, targets, points."""
+
+from __future__ import annotations
+
+from typing import Any
+
+BARE = "mindrouter-bare"
+GOVERNED = "mindrouter-governed"
+LITELLM = "litellm"
+# Figures whose ratio means something; added latencies are differences of small numbers.
+RATIO_PATHS = frozenset(
+    {"max_sustained_rps", "cpu_us_per_request", "memory.idle_mib", "memory.peak_mib"}
+)
+NAMES = {BARE: "MindRouter bare", GOVERNED: "MindRouter governed", LITELLM: "LiteLLM bare"}
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _ratio(mine: Any, peer: Any, higher_is_better: bool) -> str:
+    """How many times better than the peer (>1 is better), whatever the direction of the figure."""
+    if not isinstance(mine, int | float) or not isinstance(peer, int | float):
+        return "–"
+    if mine <= 0 or peer <= 0:
+        return "–"
+    r = mine / peer if higher_is_better else peer / mine
+    return f"{r:.2f}×"
+
+
+def _get(fig: dict[str, Any], path: str) -> Any:
+    node: Any = fig
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def markdown(data: dict[str, Any]) -> str:
+    meta = data["meta"]
+    figs = data["figures"]
+    rate = meta["plan"].get("fixed_rate", 200)
+    concs = meta["plan"]["stream_concurrency"]
+    conc = 32 if 32 in concs else concs[0]
+    cols = [n for n in (BARE, GOVERNED, LITELLM) if n in figs]
+    peer = figs.get(LITELLM, {})
+    lines = [
+        f"# Gateway overhead ({meta['mode']} run)",
+        "",
+        f"Started {meta['started']}, {meta['duration_s']:.0f} s, `{meta['command']}`, "
+        f"commit {meta.get('mindrouter_commit') or '?'}, {meta['litellm']}. "
+        f"{meta['cores']} cores; {meta['pinning']}. Load average (1 min) at start "
+        f"{meta['loadavg_start'][0]:.2f}, highest {meta['loadavg_1m_max']:.2f}, at end "
+        f"{meta['loadavg_end'][0]:.2f}: the machine is shared, so compare ratios within this run.",
+        "",
+    ]
+    for name, why in meta.get("skipped", {}).items():
+        lines.append(f"**{name} skipped:** {why}")
+        lines.append("")
+    rows: list[tuple[str, str, bool, int]] = [
+        (f"added latency p50 at {rate} RPS (ms)", f"added_p50_ms_at_{rate}", False, 2),
+        (f"added latency p99 at {rate} RPS (ms)", f"added_p99_ms_at_{rate}", False, 2),
+        ("max sustained RPS, one core", "max_sustained_rps", True, 0),
+        (f"CPU per request at {rate} RPS (µs)", "cpu_us_per_request", False, 0),
+        (f"added TTFT p50, {conc} streams (ms)", f"stream_c{conc}.added_ttft_p50_ms", False, 2),
+        (f"added TTFT p99, {conc} streams (ms)", f"stream_c{conc}.added_ttft_p99_ms", False, 2),
+        (f"coalesced streams of {conc}-stream run", f"stream_c{conc}.coalesced_streams", False, 0),
+        ("memory idle (MiB)", "memory.idle_mib", False, 1),
+        ("memory peak (MiB)", "memory.peak_mib", False, 1),
+        ("memory slope in soak (MiB/min)", "memory.soak_slope_mib_per_min", False, 2),
+        (f"error rate at {rate} RPS", f"error_rate_at_{rate}", False, 4),
+        ("error rate up to max sustained", "error_rate_up_to_sustained", False, 4),
+    ]
+    header = "| figure | " + " | ".join(NAMES[c] for c in cols)
+    sep = "|---|" + "---:|" * len(cols)
+    if LITELLM in figs:
+        header += " | bare vs LiteLLM | governed vs LiteLLM"
+        sep += "---:|---:|"
+    lines += [header + " |", sep]
+    for label, path, higher, digits in rows:
+        cells = [_num(_get(figs[c], path), digits) for c in cols]
+        if LITELLM in figs:
+            for mine in (BARE, GOVERNED):
+                value = _get(figs.get(mine, {}), path)
+                comparable = path in RATIO_PATHS
+                cells.append(_ratio(value, _get(peer, path), higher) if comparable else "–")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        'Ratios are "times better than LiteLLM" (above 1 is better) for rates, CPU and memory; '
+        "added latencies are differences of small numbers and are compared in the text, not as "
+        "ratios. Added latency is the gateway's latency minus the direct-to-mock latency at the "
+        "same offered rate in the same round, each measured from the request's intended send "
+        "time.",
+        "",
+    ]
+    lines += _targets(figs, rate, conc, meta)
+    lines += _sweep(data)
+    lines += _streams(data)
+    lines += _others(data)
+    return "\n".join(lines) + "\n"
+
+
+def _targets(figs: dict[str, Any], rate: int, conc: int, meta: dict[str, Any]) -> list[str]:
+    gov = figs.get(GOVERNED)
+    if gov is None:
+        return []
+    peer = figs.get(LITELLM, {})
+
+    def check(ok: bool | None) -> str:
+        return "–" if ok is None else ("met" if ok else "**not met**")
+
+    p50 = gov.get(f"added_p50_ms_at_{rate}")
+    p99 = gov.get(f"added_p99_ms_at_{rate}")
+    mine, theirs = gov.get("max_sustained_rps"), peer.get("max_sustained_rps")
+    ttft = _get(gov, f"stream_c{conc}.added_ttft_p50_ms")
+    coal = _get(gov, f"stream_c{conc}.coalesced_streams")
+    slope = _get(gov, "memory.soak_slope_mib_per_min")
+    close = _get(gov, "disconnect.close_delay_p99_ms")
+    ratio = mine / theirs if mine and theirs else None
+    rows = [
+        (f"added p50 ≤ 1.5 ms at {rate} RPS", _num(p50), None if p50 is None else p50 <= 1.5),
+        (f"added p99 ≤ 5 ms at {rate} RPS", _num(p99), None if p99 is None else p99 <= 5),
+        (
+            "sustained RPS ≥ 5× LiteLLM's",
+            f"{_num(mine)} vs {_num(theirs)} ({_num(ratio)}×)",
+            None if ratio is None else ratio >= 5,
+        ),
+        (
+            f"added TTFT ≤ 3 ms ({conc} streams, p50)",
+            _num(ttft),
+            None if ttft is None else ttft <= 3,
+        ),
+        ("never coalesces chunks", _num(coal), None if coal is None else coal == 0),
+        (
+            "flat memory (soak slope, MiB/min)",
+            _num(slope),
+            None if slope is None else abs(slope) < 1.0,
+        ),
+        (
+            "backend sees a disconnect within 100 ms (p99)",
+            _num(close),
+            None if close is None else close <= 100,
+        ),
+    ]
+    out = [
+        "## Targets (governed profile, BENCHMARKS.md §1)",
+        "",
+        "| target | measured | |",
+        "|---|---:|---|",
+    ]
+    out += [f"| {a} | {b} | {check(c)} |" for a, b, c in rows]
+    if meta["mode"] == "short":
+        out += ["", "Short mode: figures only, never a verdict on a threshold."]
+    out.append("")
+    return out
+
+
+def _sweep(data: dict[str, Any]) -> list[str]:
+    pts = [p for p in data["points"] if p["scenario"] == "sweep"]
+    if not pts:
+        return []
+    out = [
+        "## Open-loop sweep (non-streaming, ~1 KB reply)",
+        "",
+        "Each cell: p50 / p99 latency in ms from the intended send time, achieved share of the "
+        "offered rate, errors; CPU µs per request. One line per round.",
+        "",
+        "| RPS | round | target | p50 | p99 | achieved | errors | CPU µs/req |",
+        "|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for p in sorted(pts, key=lambda p: (p["rate"], p["round"])):
+        out.append(
+            f"| {p['rate']} | {p['round']} | {p['target']} | {_num(p['p50_ms'])} | "
+            f"{_num(p['p99_ms'])} | {_num(p.get('achieved_ratio'), 3)} | {p['errors']} | "
+            f"{_num(p['cpu_us_per_request'], 0)} |"
+        )
+    out.append("")
+    return out
+
+
+def _streams(data: dict[str, Any]) -> list[str]:
+    pts = [p for p in data["points"] if p["scenario"] == "stream"]
+    if not pts:
+        return []
+    out = [
+        "## Streams (64 chunks 10 ms apart after a 20 ms first-token delay; closed loop)",
+        "",
+        "| streams | target | ok | TTFT p50 | TTFT p99 | chunks min | coalesced | gap p50 | "
+        "gap p99 | gap max | same-read share | CPU µs/chunk |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in sorted(pts, key=lambda p: p["concurrency"]):
+        out.append(
+            f"| {p['concurrency']} | {p['target']} | {p['ok']}/{p['streams']} | "
+            f"{_num(p['ttft_p50_ms'])} | {_num(p['ttft_p99_ms'])} | {p['chunks_received_min']} | "
+            f"{p['coalesced_streams']} | {_num(p['gap_p50_ms'])} | {_num(p['gap_p99_ms'])} | "
+            f"{_num(p['gap_max_ms'])} | {_num(p['same_read_fraction'], 3)} | "
+            f"{_num(p['cpu_us_per_chunk'], 0)} |"
+        )
+    out += [
+        "",
+        '"coalesced" counts streams that delivered fewer content events than the mock sent '
+        '(the gateway merged deltas); "same-read share" is the share of events that reached the '
+        "client in one socket read with the previous one, which a busy client core also causes.",
+        "",
+    ]
+    return out
+
+
+def _others(data: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for scenario, title in (
+        ("large-prompt", "Large prompt (~100 KB, 10 tools), 20 RPS"),
+        ("anthropic", "Anthropic-format requests to the OpenAI-format mock, 100 RPS"),
+        ("soak", "Soak at half the sustained rate"),
+    ):
+        pts = [p for p in data["points"] if p["scenario"] == scenario]
+        if not pts:
+            continue
+        out += [
+            f"## {title}",
+            "",
+            "| target | RPS | p50 ms | p99 ms | errors | CPU µs/req | RSS slope MiB/min |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for p in pts:
+            out.append(
+                f"| {p['target']} | {p['rate']} | {_num(p['p50_ms'])} | {_num(p['p99_ms'])} | "
+                f"{p['errors']} ({_num(p['error_rate'], 4)}) | "
+                f"{_num(p['cpu_us_per_request'], 0)} | "
+                f"{_num(p.get('rss_slope_mib_per_min'))} |"
+            )
+        out.append("")
+    pts = [p for p in data["points"] if p["scenario"] == "disconnect"]
+    if pts:
+        out += [
+            "## Disconnect (streams cancelled by the client after 5 chunks)",
+            "",
+            "| target | cancelled | backend saw close | close delay p50 ms | p99 ms | max ms | "
+            "tokens charged per stream | in flight after |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for p in pts:
+            out.append(
+                f"| {p['target']} | {p['cancelled']} | {p['backend_saw_close']} | "
+                f"{_num(p['close_delay_p50_ms'])} | {_num(p['close_delay_p99_ms'])} | "
+                f"{_num(p['close_delay_max_ms'])} | "
+                f"{_num(p.get('tokens_charged_per_cancelled_stream'), 1)} | "
+                f"{_num(p.get('in_flight_after'))} |"
+            )
+        out.append("")
+    return out

@@ -1,0 +1,856 @@
+"""The overhead benchmark: scenarios, interleaved over the targets, and the figures from them.
+
+Targets: `direct` (the client straight to the mock: the baseline), `mindrouter-bare`,
+`mindrouter-governed`, `litellm`. Every scenario runs each target in turn, in the same order,
+round after round (A B A B), so slow drift of a shared machine spreads over all of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.overhead import report, targets
+from bench.overhead.client import (
+    Pool,
+    Result,
+    closed_loop,
+    get,
+    open_loop,
+    percentile,
+    post,
+    post_once,
+)
+from bench.overhead.targets import HOST, MODEL, Server
+
+DIRECT = "direct"
+BARE = "mindrouter-bare"
+GOVERNED = "mindrouter-governed"
+LITELLM = "litellm"
+GATEWAYS = (BARE, GOVERNED, LITELLM)
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+# The criteria for a sustained rate (BENCHMARKS.md §1).
+MIN_ACHIEVED = 0.99
+MAX_ERROR_RATE = 0.001
+MAX_ADDED_P99_MS = 25.0
+STREAM_CHUNKS = 64
+STREAM_GAP_MS = 10.0
+FIRST_TOKEN_MS = 20.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of everything to run: the full benchmark or the short routine one."""
+
+    short: bool
+    rates: tuple[int, ...]
+    step_s: float
+    rounds: int
+    stream_concurrency: tuple[int, ...]
+    stream_s: float
+    bisect: bool
+    large_prompt: bool
+    anthropic: bool
+    disconnect: int  # streams cancelled per target; 0 = skip
+    soak_s: float  # per gateway; 0 = skip
+    fixed_rate: int = 200
+
+    @staticmethod
+    def full() -> Plan:
+        return Plan(
+            short=False,
+            rates=(50, 100, 200, 300, 400, 500, 650, 800, 1000, 1250, 1500, 2000),
+            step_s=10.0,
+            rounds=2,
+            stream_concurrency=(1, 32, 256),
+            stream_s=8.0,
+            bisect=True,
+            large_prompt=True,
+            anthropic=True,
+            disconnect=100,
+            soak_s=60.0,
+        )
+
+    @staticmethod
+    def quick() -> Plan:
+        return Plan(
+            short=True,
+            rates=(100, 200, 400),
+            step_s=4.0,
+            rounds=1,
+            stream_concurrency=(32,),
+            stream_s=3.0,
+            bisect=False,
+            large_prompt=False,
+            anthropic=False,
+            disconnect=0,
+            soak_s=0.0,
+        )
+
+
+@dataclass
+class Target:
+    name: str
+    server: Server  # for `direct`, the mock itself
+    headers: dict[str, str]
+    pool: Pool
+    chat_path: str = "/v1/chat/completions"
+    anthropic_path: str | None = None
+    rss_samples: list[tuple[float, float]] = field(default_factory=list)
+    idle: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def raw(self, body: bytes, path: str | None = None) -> bytes:
+        return post(HOST, self.port, path or self.chat_path, body, self.headers)
+
+
+def chat_body(*, stream: bool = False, content: str = "Say something.", **extra: Any) -> bytes:
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 256,
+    }
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    body.update(extra)
+    return orjson.dumps(body)
+
+
+def large_prompt_body() -> bytes:
+    """~100 KB of conversation and ten tools, as an agent's request looks."""
+    paragraph = (
+        "The quarterly report lists revenue by region, the cost of goods sold, and the operating "
+        "margin, with notes on currency effects and one-off items that the auditors flagged. "
+    )
+    history = []
+    for i in range(40):
+        role = "user" if i % 2 == 0 else "assistant"
+        history.append({"role": role, "content": f"[{i}] " + paragraph * 14})
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": f"Looks up record kind {i} by its identifier and returns the "
+                "fields asked for, with their provenance.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string", "description": "the record identifier"},
+                        "fields": {"type": "array", "items": {"type": "string"}},
+                        "as_of": {"type": "string", "format": "date"},
+                    },
+                    "required": ["id"],
+                },
+            },
+        }
+        for i in range(10)
+    ]
+    return orjson.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "system", "content": "You are a careful analyst."}, *history],
+            "tools": tools,
+            "max_tokens": 256,
+        }
+    )
+
+
+def anthropic_body() -> bytes:
+    return orjson.dumps(
+        {
+            "model": MODEL,
+            "max_tokens": 256,
+            "messages": [{"role": "user", "content": "Say something."}],
+        }
+    )
+
+
+# -- measuring -----------------------------------------------------------------------------------
+
+
+def unary_summary(results: list[Result], t0: float, rate: float | None) -> dict[str, Any]:
+    ok = [r for r in results if r.ok]
+    lat = [r.latency * 1000 for r in ok]
+    errors = Counter(r.error or f"HTTP {r.status}" for r in results if not r.ok)
+    out: dict[str, Any] = {
+        "requests": len(results),
+        "ok": len(ok),
+        "errors": sum(errors.values()),
+        "error_rate": (len(results) - len(ok)) / len(results) if results else 0.0,
+        "error_kinds": dict(errors.most_common(5)),
+        "p50_ms": percentile(lat, 50),
+        "p90_ms": percentile(lat, 90),
+        "p99_ms": percentile(lat, 99),
+        "max_ms": max(lat) if lat else float("nan"),
+        "mean_ms": statistics.fmean(lat) if lat else float("nan"),
+    }
+    if rate is not None and ok:
+        span = max(r.done for r in ok) - t0
+        intended = len(results) / rate
+        out["offered_rps"] = rate
+        out["achieved_rps"] = len(ok) / max(span, intended)
+        out["achieved_ratio"] = out["achieved_rps"] / rate
+    elif rate is not None:
+        out.update(offered_rps=rate, achieved_rps=0.0, achieved_ratio=0.0)
+    return out
+
+
+def stream_summary(results: list[Result], chunks_sent: int) -> dict[str, Any]:
+    ok = [r for r in results if r.ok and r.events]
+    ttft = [(r.events[0] - r.sent) * 1000 for r in ok]
+    counts = [len(r.events) for r in ok]
+    gaps = [(b - a) * 1000 for r in ok for a, b in zip(r.events, r.events[1:], strict=False)]
+    events = sum(counts)
+    reads = sum(r.reads for r in ok)
+    return {
+        "streams": len(results),
+        "ok": len(ok),
+        "errors": len(results) - len(ok),
+        "error_rate": (len(results) - len(ok)) / len(results) if results else 0.0,
+        "error_kinds": dict(
+            Counter(r.error or f"HTTP {r.status}" for r in results if not r.ok).most_common(5)
+        ),
+        "ttft_p50_ms": percentile(ttft, 50),
+        "ttft_p99_ms": percentile(ttft, 99),
+        "chunks_sent": chunks_sent,
+        "chunks_received_min": min(counts) if counts else 0,
+        "chunks_received_median": statistics.median(counts) if counts else 0,
+        # Fewer content events than the backend sent: the gateway merged deltas.
+        "coalesced_streams": sum(1 for c in counts if c < chunks_sent),
+        # Events that arrived in the same socket read as the one before them (the client may
+        # simply have read late; only coalesced_streams is a statement about the gateway).
+        "same_read_fraction": (events - reads) / events if events else 0.0,
+        "gap_p50_ms": percentile(gaps, 50),
+        "gap_p99_ms": percentile(gaps, 99),
+        "gap_max_ms": max(gaps) if gaps else float("nan"),
+        "gap_distortion_p99_ms": percentile([abs(g - STREAM_GAP_MS) for g in gaps], 99),
+        "duration_p50_ms": percentile([(r.events[-1] - r.sent) * 1000 for r in ok], 50),
+    }
+
+
+class Bench:
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.targets: dict[str, Target] = {}
+        self.points: list[dict[str, Any]] = []
+        self.unary: dict[tuple[str, str, int], list[list[Result]]] = {}
+        self.skipped: dict[str, str] = {}
+        self.notes: list[str] = []
+        self.load: list[tuple[float, float]] = []
+        self.started = time.time()
+        self.servers: list[Server] = []
+        self.mock: Server | None = None
+
+    # -- set-up --------------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        workdir = targets.workdir()
+        self.workdir = workdir
+        print(f"work directory {workdir}", flush=True)
+        mock = await targets.start_mock(workdir)
+        self.mock = mock
+        self.servers.append(mock)
+        self.targets[DIRECT] = Target(DIRECT, mock, {}, Pool(HOST, mock.port))
+        await self._configure_mock()
+
+        bare = await targets.start_mindrouter("bare", mock.port, workdir)
+        self.servers.append(bare)
+        self._add(BARE, bare, "/anthropic/v1/messages")
+
+        why = await targets.governed_available()
+        if why is None:
+            gov = await targets.start_mindrouter("governed", mock.port, workdir)
+            self.servers.append(gov)
+            self._add(GOVERNED, gov, "/anthropic/v1/messages")
+        else:
+            self.skipped[GOVERNED] = why
+            print(f"skipping {GOVERNED}: {why}", flush=True)
+
+        try:
+            ll = await targets.start_litellm(mock.port, workdir)
+            self.servers.append(ll)
+            self._add(LITELLM, ll, "/v1/messages")
+        except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
+            self.skipped[LITELLM] = f"LiteLLM could not be started: {exc}"
+            print(f"skipping {LITELLM}: {str(exc)[:500]}", flush=True)
+
+        for t in self.targets.values():
+            await self._warm(t)
+        await asyncio.sleep(1.0)
+        for t in self.targets.values():
+            t.server.refresh_pids()
+            cpu0 = t.server.cpu()
+            await asyncio.sleep(2.0)
+            t.idle = {"rss_mib": t.server.rss(), "cpu_pct": (t.server.cpu() - cpu0) / 2.0 * 100}
+            print(f"  {t.name}: idle RSS {t.idle['rss_mib']:.1f} MiB", flush=True)
+
+    def _add(self, name: str, server: Server, anthropic: str) -> None:
+        headers = dict(server.headers)
+        self.targets[name] = Target(
+            name, server, headers, Pool(HOST, server.port), anthropic_path=anthropic
+        )
+
+    async def _configure_mock(self) -> None:
+        assert self.mock is not None
+        cfg = {"first_token_ms": FIRST_TOKEN_MS, "chunks": STREAM_CHUNKS, "gap_ms": STREAM_GAP_MS}
+        await post_once(HOST, self.mock.port, "/_config", orjson.dumps(cfg))
+
+    async def _warm(self, t: Target) -> None:
+        """Connections, caches, the key lookup, lazy imports: none of that belongs in a figure."""
+        results, _ = await open_loop(t.pool, t.raw(chat_body()), 100, 2.0, timeout=30)
+        bad = [r for r in results if not r.ok]
+        if len(bad) == len(results):
+            raise RuntimeError(f"{t.name} answers nothing during warm-up: {bad[0].error}")
+        await closed_loop(t.pool, t.raw(chat_body(stream=True)), 4, 1.0, stream=True)
+        await self._quiesce(t)
+
+    async def _quiesce(self, t: Target, limit: float = 20.0) -> None:
+        """Waits until `t` has stopped working off a backlog (its CPU use falls below 10 %)."""
+        deadline = time.monotonic() + limit
+        t.server.refresh_pids()
+        while time.monotonic() < deadline:
+            c0 = t.server.cpu()
+            await asyncio.sleep(0.3)
+            if (t.server.cpu() - c0) / 0.3 < 0.10:
+                return
+
+    # -- sampling ------------------------------------------------------------------------------
+
+    async def sample(self) -> None:
+        last_load = 0.0
+        while True:
+            now = time.monotonic()
+            for t in self.targets.values():
+                if t.name != DIRECT:
+                    t.rss_samples.append((now, t.server.rss()))
+            if now - last_load >= 5:
+                last_load = now
+                self.load.append((time.time() - self.started, os.getloadavg()[0]))
+            await asyncio.sleep(0.5)
+
+    # -- scenarios -----------------------------------------------------------------------------
+
+    def active(self) -> list[Target]:
+        return list(self.targets.values())
+
+    async def _unary_step(
+        self,
+        t: Target,
+        scenario: str,
+        raw: bytes,
+        rate: int,
+        duration: float,
+        round_: int,
+        timeout: float = 5.0,
+    ) -> dict[str, Any]:
+        t.server.refresh_pids()
+        cpu0 = t.server.cpu()
+        results, t0 = await open_loop(t.pool, raw, rate, duration, timeout=timeout)
+        await asyncio.sleep(0.3)  # deferred work: audit completions, counters
+        cpu = t.server.cpu() - cpu0
+        point = {
+            "scenario": scenario,
+            "target": t.name,
+            "round": round_,
+            "rate": rate,
+            "duration_s": duration,
+            **unary_summary(results, t0, rate),
+            "cpu_s": cpu,
+            "cpu_us_per_request": cpu / len(results) * 1e6,
+            "loadavg_1m": os.getloadavg()[0],
+        }
+        self.points.append(point)
+        self.unary.setdefault((scenario, t.name, rate), []).append(results)
+        await self._quiesce(t)
+        return point
+
+    def _pooled(self, scenario: str, name: str, rate: int) -> dict[str, Any] | None:
+        runs = self.unary.get((scenario, name, rate))
+        if not runs:
+            return None
+        ok = [r.latency * 1000 for run in runs for r in run if r.ok]
+        total = sum(len(run) for run in runs)
+        mine = [
+            p
+            for p in self.points
+            if p["scenario"] == scenario and p["target"] == name and p["rate"] == rate
+        ]
+        return {
+            "p50_ms": percentile(ok, 50),
+            "p99_ms": percentile(ok, 99),
+            "error_rate": (total - len(ok)) / total if total else 1.0,
+            "achieved_ratio": statistics.median(p.get("achieved_ratio", 0.0) for p in mine),
+            "cpu_us_per_request": statistics.median(p["cpu_us_per_request"] for p in mine),
+        }
+
+    def added(self, scenario: str, name: str, rate: int) -> dict[str, float] | None:
+        """Gateway minus direct at the same offered rate: per-round differences, then median;
+        and the pooled difference used for the sustained-rate test."""
+        gw = self._pooled(scenario, name, rate)
+        base = self._pooled(scenario, DIRECT, rate)
+        if gw is None or base is None:
+            return None
+        per_round: dict[str, list[float]] = {"p50": [], "p99": []}
+        for p in self.points:
+            if p["scenario"] != scenario or p["target"] != name or p["rate"] != rate:
+                continue
+            d = next(
+                (
+                    q
+                    for q in self.points
+                    if q["scenario"] == scenario
+                    and q["target"] == DIRECT
+                    and q["rate"] == rate
+                    and q["round"] == p["round"]
+                ),
+                None,
+            )
+            if d is not None:
+                per_round["p50"].append(p["p50_ms"] - d["p50_ms"])
+                per_round["p99"].append(p["p99_ms"] - d["p99_ms"])
+        return {
+            "added_p50_ms": statistics.median(per_round["p50"])
+            if per_round["p50"]
+            else gw["p50_ms"] - base["p50_ms"],
+            "added_p99_ms": statistics.median(per_round["p99"])
+            if per_round["p99"]
+            else gw["p99_ms"] - base["p99_ms"],
+            "pooled_added_p99_ms": gw["p99_ms"] - base["p99_ms"],
+            "error_rate": gw["error_rate"],
+            "achieved_ratio": gw["achieved_ratio"],
+            "cpu_us_per_request": gw["cpu_us_per_request"],
+        }
+
+    def sustained(self, name: str, rate: int) -> bool:
+        a = self.added("sweep", name, rate)
+        return (
+            a is not None
+            and a["achieved_ratio"] >= MIN_ACHIEVED
+            and a["error_rate"] < MAX_ERROR_RATE
+            and a["pooled_added_p99_ms"] <= MAX_ADDED_P99_MS
+        )
+
+    async def sweep(self) -> dict[str, dict[str, Any]]:
+        """Non-streaming requests at rising fixed rates until each gateway fails the test."""
+        plan = self.plan
+        raw = {n: t.raw(chat_body()) for n, t in self.targets.items()}
+        running = [n for n in self.targets if n != DIRECT]
+        best: dict[str, int | None] = dict.fromkeys(running)
+        failed_at: dict[str, int] = {}
+        for rate in plan.rates:
+            # Every gateway runs every rate up to the fixed one, whatever happened below it, so
+            # that the figures at that rate always exist; above it, a gateway stops at its
+            # first failure.
+            below = rate <= plan.fixed_rate or plan.short
+            names = [n for n in best if n in running or below]
+            if not names:
+                break
+            for round_ in range(1, plan.rounds + 1):
+                for name in [DIRECT, *names]:
+                    p = await self._unary_step(
+                        self.targets[name], "sweep", raw[name], rate, plan.step_s, round_
+                    )
+                    _print_step(p)
+            for name in names:
+                if name not in running:
+                    continue
+                if self.sustained(name, rate):
+                    best[name] = rate
+                else:
+                    failed_at[name] = rate
+                    running.remove(name)
+        if plan.bisect:
+            for name, fail in failed_at.items():
+                low = best[name] or 0
+                mid = int(round((low + fail) / 2 / 10) * 10)
+                if low == 0 or mid <= low or mid >= fail:
+                    continue
+                for round_ in range(1, plan.rounds + 1):
+                    for n in (DIRECT, name):
+                        p = await self._unary_step(
+                            self.targets[n], "sweep", raw[n], mid, plan.step_s, round_
+                        )
+                        _print_step(p)
+                if self.sustained(name, mid):
+                    best[name] = mid
+                else:
+                    failed_at[name] = mid
+        return {
+            n: {"max_sustained_rps": best[n], "first_failing_rps": failed_at.get(n)} for n in best
+        }
+
+    async def streams(self) -> None:
+        plan = self.plan
+        for conc in plan.stream_concurrency:
+            for t in self.active():
+                raw = t.raw(chat_body(stream=True))
+                t.server.refresh_pids()
+                cpu0 = t.server.cpu()
+                results, _ = await closed_loop(
+                    t.pool, raw, conc, plan.stream_s, stream=True, timeout=20
+                )
+                cpu = t.server.cpu() - cpu0
+                point = {
+                    "scenario": "stream",
+                    "target": t.name,
+                    "concurrency": conc,
+                    "duration_s": plan.stream_s,
+                    **stream_summary(results, STREAM_CHUNKS),
+                    "cpu_s": cpu,
+                    "cpu_us_per_chunk": cpu / max(1, len(results) * STREAM_CHUNKS) * 1e6,
+                    "loadavg_1m": os.getloadavg()[0],
+                }
+                self.points.append(point)
+                print(
+                    f"  stream c={conc:<4} {t.name:<20} ok {point['ok']:>5}/{point['streams']:<5}"
+                    f" ttft p50 {point['ttft_p50_ms']:7.2f} p99 {point['ttft_p99_ms']:7.2f} ms"
+                    f"  chunks min {point['chunks_received_min']:>3}"
+                    f"  gap p99 {point['gap_p99_ms']:6.2f} ms",
+                    flush=True,
+                )
+                await self._quiesce(t)
+
+    async def fixed(
+        self, scenario: str, bodies: Callable[[Target], bytes | None], rate: int, duration: float
+    ) -> None:
+        for t in self.active():
+            raw = bodies(t)
+            if raw is None:
+                continue
+            p = await self._unary_step(t, scenario, raw, rate, duration, 1, timeout=15.0)
+            _print_step(p)
+
+    async def disconnect(self) -> None:
+        """Streams cancelled by the client after 5 chunks: how long until the backend sees it,
+        and (MindRouter) whether the partial usage was charged and the slot given back."""
+        n = self.plan.disconnect
+        assert self.mock is not None
+        for t in self.active():
+            await post_once(HOST, self.mock.port, "/_reset", b"{}")
+            before = await self._usage(t)
+            prefix = t.name.replace("-", "")
+
+            def body(i: int, t: Target = t, prefix: str = prefix) -> bytes:
+                return t.raw(chat_body(stream=True, content=f"Count slowly. [tag:{prefix}{i}]"))
+
+            results, _ = await open_loop(
+                t.pool, body, 25, n / 25, stream=True, cancel_after=5, timeout=15
+            )
+            await asyncio.sleep(2.0)
+            stats = orjson.loads(await get(HOST, self.mock.port, "/_stats"))
+            after = await self._usage(t)
+            closed = stats["closed_early"]
+            delays = []
+            unseen = 0
+            for i, r in enumerate(results):
+                seen = closed.get(f"{prefix}{i}")
+                if r.cancelled_at is None:
+                    continue
+                if seen is None:
+                    unseen += 1
+                else:
+                    delays.append((seen - r.cancelled_at) * 1000)
+            cancelled = sum(1 for r in results if r.cancelled_at is not None)
+            point: dict[str, Any] = {
+                "scenario": "disconnect",
+                "target": t.name,
+                "streams": len(results),
+                "cancelled": cancelled,
+                "backend_saw_close": len(delays),
+                "backend_never_saw_close": unseen,
+                "close_delay_p50_ms": percentile(delays, 50),
+                "close_delay_p99_ms": percentile(delays, 99),
+                "close_delay_max_ms": max(delays) if delays else float("nan"),
+            }
+            if before is not None and after is not None:
+                charged = after["period_tokens"] - before["period_tokens"]
+                point["tokens_charged_per_cancelled_stream"] = charged / max(1, cancelled)
+                point["in_flight_after"] = after.get("in_flight")
+                point["reserved_tokens_after"] = after.get("reserved_tokens")
+            self.points.append(point)
+            print(
+                f"  disconnect {t.name:<20} cancelled {cancelled:>4} backend saw "
+                f"{len(delays):>4} p50 {point['close_delay_p50_ms']:7.2f} ms "
+                f"p99 {point['close_delay_p99_ms']:7.2f} ms"
+                + (
+                    f"  charged/stream {point['tokens_charged_per_cancelled_stream']:.1f}"
+                    f" in_flight {point['in_flight_after']}"
+                    if "in_flight_after" in point
+                    else ""
+                ),
+                flush=True,
+            )
+            await self._quiesce(t)
+
+    async def _usage(self, t: Target) -> dict[str, Any] | None:
+        if not t.name.startswith("mindrouter"):
+            return None
+        try:
+            data = orjson.loads(await get(HOST, t.port, "/v1/usage", t.headers))
+        except Exception as exc:
+            self.notes.append(f"{t.name}: /v1/usage failed: {exc}")
+            return None
+        return data if isinstance(data, dict) else None
+
+    async def soak(self, sustained: dict[str, dict[str, Any]]) -> None:
+        for t in self.active():
+            if t.name == DIRECT:
+                continue
+            best = sustained.get(t.name, {}).get("max_sustained_rps") or 100
+            rate = max(25, min(400, best // 2))
+            raw = t.raw(chat_body())
+            start = len(t.rss_samples)
+            t0 = time.monotonic()
+            p = await self._unary_step(t, "soak", raw, rate, self.plan.soak_s, 1)
+            samples = [(s - t0, m) for s, m in t.rss_samples[start:] if s - t0 >= 10]
+            p["rss_slope_mib_per_min"] = _slope(samples) * 60 if len(samples) > 4 else None
+            p["rss_start_mib"] = samples[0][1] if samples else None
+            p["rss_end_mib"] = samples[-1][1] if samples else None
+            _print_step(p)
+            print(
+                f"    RSS {p['rss_start_mib']} -> {p['rss_end_mib']} MiB, slope "
+                f"{p['rss_slope_mib_per_min']} MiB/min",
+                flush=True,
+            )
+
+    # -- the whole run ---------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        plan = self.plan
+        load_start = os.getloadavg()
+        await self.setup()
+        sampler = asyncio.create_task(self.sample())
+        try:
+            print("sweep: non-streaming, open loop, rising rates", flush=True)
+            sustained = await self.sweep()
+            print("streams: 64 chunks 10 ms apart, closed loop", flush=True)
+            await self.streams()
+            if plan.large_prompt:
+                print("large prompt: ~100 KB, 10 tools, 20 RPS", flush=True)
+                big = large_prompt_body()
+                await self.fixed("large-prompt", lambda t: t.raw(big), 20, 10.0)
+            if plan.anthropic:
+                print("Anthropic format to the OpenAI-format mock, 100 RPS", flush=True)
+                ant = anthropic_body()
+                await self.fixed(
+                    "anthropic",
+                    lambda t: (
+                        t.raw(chat_body())
+                        if t.name == DIRECT
+                        else t.raw(ant, t.anthropic_path)
+                        if t.anthropic_path
+                        else None
+                    ),
+                    100,
+                    10.0,
+                )
+            if plan.disconnect:
+                print(f"disconnect: {plan.disconnect} streams cancelled after 5 chunks", flush=True)
+                await self.disconnect()
+            if plan.soak_s:
+                print(f"soak: {plan.soak_s:g} s at half the sustained rate", flush=True)
+                await self.soak(sustained)
+        finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+        load_end = os.getloadavg()
+        return self.results(sustained, load_start, load_end)
+
+    def results(
+        self,
+        sustained: dict[str, dict[str, Any]],
+        load_start: tuple[float, float, float],
+        load_end: tuple[float, float, float],
+    ) -> dict[str, Any]:
+        figures: dict[str, dict[str, Any]] = {}
+        rate = self.plan.fixed_rate
+        for name in GATEWAYS:
+            if name not in self.targets:
+                continue
+            t = self.targets[name]
+            f: dict[str, Any] = {}
+            a = self.added("sweep", name, rate)
+            if a is not None:
+                f.update(
+                    {
+                        f"added_p50_ms_at_{rate}": a["added_p50_ms"],
+                        f"added_p99_ms_at_{rate}": a["added_p99_ms"],
+                        f"error_rate_at_{rate}": a["error_rate"],
+                        "cpu_us_per_request": a["cpu_us_per_request"],
+                    }
+                )
+            f.update(sustained.get(name, {}))
+            sweep_points = [
+                p for p in self.points if p["scenario"] == "sweep" and p["target"] == name
+            ]
+            best = f.get("max_sustained_rps") or 0
+            below = [p for p in sweep_points if p["rate"] <= best]
+            if below:
+                f["error_rate_up_to_sustained"] = sum(p["errors"] for p in below) / sum(
+                    p["requests"] for p in below
+                )
+            for conc in self.plan.stream_concurrency:
+                s = self._point("stream", name, concurrency=conc)
+                d = self._point("stream", DIRECT, concurrency=conc)
+                if s and d:
+                    f[f"stream_c{conc}"] = {
+                        "added_ttft_p50_ms": s["ttft_p50_ms"] - d["ttft_p50_ms"],
+                        "added_ttft_p99_ms": s["ttft_p99_ms"] - d["ttft_p99_ms"],
+                        "coalesced_streams": s["coalesced_streams"],
+                        "ok_streams": s["ok"],
+                        "chunks_received_min": s["chunks_received_min"],
+                        "gap_p99_ms": s["gap_p99_ms"],
+                        "direct_gap_p99_ms": d["gap_p99_ms"],
+                        "error_rate": s["error_rate"],
+                    }
+            f["memory"] = {
+                "idle_mib": t.idle.get("rss_mib"),
+                "peak_mib": max((m for _, m in t.rss_samples), default=None),
+                "soak_slope_mib_per_min": (self._point("soak", name) or {}).get(
+                    "rss_slope_mib_per_min"
+                ),
+            }
+            f["idle_cpu_pct"] = t.idle.get("cpu_pct")
+            for scenario in ("large-prompt", "anthropic"):
+                g = self._point(scenario, name)
+                d = self._point(scenario, DIRECT)
+                if g and d:
+                    f[scenario] = {
+                        "added_p50_ms": g["p50_ms"] - d["p50_ms"],
+                        "added_p99_ms": g["p99_ms"] - d["p99_ms"],
+                        "cpu_us_per_request": g["cpu_us_per_request"],
+                        "error_rate": g["error_rate"],
+                    }
+            dis = self._point("disconnect", name)
+            if dis:
+                f["disconnect"] = {k: v for k, v in dis.items() if k not in ("scenario", "target")}
+            figures[name] = f
+        return {
+            "meta": {
+                "mode": "short" if self.plan.short else "full",
+                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
+                "duration_s": round(time.time() - self.started, 1),
+                "command": " ".join([".venv/bin/python", "-m", "bench.overhead", *sys.argv[1:]]),
+                "cores": os.cpu_count(),
+                "pinning": "gateways: taskset -c 1; load client and mock: core 0",
+                "loadavg_start": load_start,
+                "loadavg_end": load_end,
+                "loadavg_1m_max": max((v for _, v in self.load), default=load_end[0]),
+                "loadavg_1m_samples": self.load,
+                "python": platform.python_version(),
+                "mindrouter_commit": _git_rev(),
+                "litellm": targets.litellm_env.LITELLM,
+                "plan": self.plan.__dict__,
+                "skipped": self.skipped,
+                "notes": self.notes,
+                "criteria": {
+                    "min_achieved_ratio": MIN_ACHIEVED,
+                    "max_error_rate": MAX_ERROR_RATE,
+                    "max_added_p99_ms": MAX_ADDED_P99_MS,
+                },
+            },
+            "targets": {
+                n: {"port": t.port, **t.server.info, "idle": t.idle}
+                for n, t in self.targets.items()
+            },
+            "figures": figures,
+            "points": self.points,
+        }
+
+    def _point(self, scenario: str, name: str, **match: Any) -> dict[str, Any] | None:
+        for p in self.points:
+            if (
+                p["scenario"] == scenario
+                and p["target"] == name
+                and all(p.get(k) == v for k, v in match.items())
+            ):
+                return p
+        return None
+
+    async def close(self) -> None:
+        for t in self.targets.values():
+            t.pool.close()
+        for server in reversed(self.servers):
+            await server.stop()
+
+
+def _slope(samples: list[tuple[float, float]]) -> float:
+    xs = [x for x, _ in samples]
+    ys = [y for _, y in samples]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in samples) / den if den else 0.0
+
+
+def _git_rev() -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=targets.REPO,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _print_step(p: dict[str, Any]) -> None:
+    print(
+        f"  {p['scenario']:<12} {p['target']:<20} r{p['round']} {p['rate']:>5} rps: "
+        f"ok {p['ok']:>6}/{p['requests']:<6} achieved {p.get('achieved_ratio', 0):6.3f}  "
+        f"p50 {p['p50_ms']:8.2f} p99 {p['p99_ms']:8.2f} ms  "
+        f"cpu {p['cpu_us_per_request']:7.0f} µs/req  load {p['loadavg_1m']:.1f}",
+        flush=True,
+    )
+
+
+def _clean(value: Any) -> Any:
+    """NaN is not JSON: null instead."""
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+async def main(short: bool) -> int:
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
+    plan = Plan.quick() if short else Plan.full()
+    bench = Bench(plan)
+    try:
+        data = await bench.run()
+    finally:
+        await bench.close()
+    data = _clean(data)
+    stem = "overhead-short" if short else "overhead"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (RESULTS / f"{stem}.md").write_text(report.markdown(data))
+    print(report.markdown(data))
+    print(f"wrote {RESULTS / stem}.json and .md", flush=True)
+    return 0
