@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mindrouter.cli", *args],
+        check=False,
         cwd=cwd,
         capture_output=True,
         text=True,
