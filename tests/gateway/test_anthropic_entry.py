@@ -377,11 +377,15 @@ def test_sdk_thinking_and_tool_loop(claude: anthropic.Anthropic, engine: str) ->
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sdk_count_tokens(stack: Stack, claude: anthropic.Anthropic, engine: str) -> None:
     messages: list[Any] = [{"role": "user", "content": "How many tokens is this?"}]
+    tokenized = stack.sim_state(engine).requests_total[("/tokenize", "200")]
     raw = claude.messages.with_raw_response.count_tokens(
         model=f"chat-{engine}", messages=messages, system="Be brief."
     )
     counted = MessageTokensCount.model_validate(raw.http_response.json())
     assert counted.input_tokens > 0
+    if engine == "vllm":
+        # vLLM's /tokenize renders the chat (messages and tools) with the model's template.
+        assert stack.sim_state(engine).requests_total[("/tokenize", "200")] == tokenized + 1
     with_tools = claude.messages.count_tokens(
         model=f"chat-{engine}",
         messages=messages,
@@ -395,8 +399,6 @@ def test_sdk_count_tokens(stack: Stack, claude: anthropic.Anthropic, engine: str
             model=f"chat-{engine}", max_tokens=64, messages=messages, system="Be brief."
         )
         assert counted.input_tokens == used.usage.input_tokens
-    if engine == "vllm":
-        assert stack.sim_state(engine).requests_total[("/tokenize", "200")] > 0
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -285,20 +285,7 @@ def test_thinking_omitted(stack: Stack, engine: str, stream: bool) -> None:
     assert m.usage.output_tokens > len(text_of(m).split())
 
 
-# Known bug outside the dialect (see docs/compatibility.md): reported, not fixed here.
-GENERIC_CANNOT_DISABLE = pytest.mark.xfail(
-    strict=True,
-    reason="backends/openai_wire.py _put_reasoning: reasoning mode 'off' without an effort is "
-    "not expressed to a generic OpenAI server (it needs reasoning_effort='none'), so the model "
-    "still thinks",
-)
-
-
-def test_thinking_disabled(
-    request: pytest.FixtureRequest, stack: Stack, engine: str, stream: bool
-) -> None:
-    if engine == "openai":
-        request.applymarker(GENERIC_CANNOT_DISABLE)
+def test_thinking_disabled(stack: Stack, engine: str, stream: bool) -> None:
     body = {
         "model": f"think-{engine}",
         "max_tokens": 256,

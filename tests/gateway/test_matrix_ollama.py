@@ -29,14 +29,6 @@ SCHEMA = {
     "required": ["name", "age"],
 }
 
-# Known bug outside the dialect (see docs/compatibility.md): reported, not fixed here.
-GENERIC_CANNOT_DISABLE = pytest.mark.xfail(
-    strict=True,
-    reason="backends/openai_wire.py _put_reasoning: reasoning mode 'off' without an effort is "
-    "not expressed to a generic OpenAI server (it needs reasoning_effort='none'), so the model "
-    "still thinks",
-)
-
 
 def _user(text: str, **extra: Any) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text, **extra}]
@@ -187,11 +179,7 @@ def test_chat_think(stack: Stack, engine: str, stream: bool) -> None:
     assert r.eval_count == words
 
 
-def test_chat_think_off(
-    request: pytest.FixtureRequest, stack: Stack, engine: str, stream: bool
-) -> None:
-    if engine == "openai":
-        request.applymarker(GENERIC_CANNOT_DISABLE)
+def test_chat_think_off(stack: Stack, engine: str, stream: bool) -> None:
     body = {"model": f"think-{engine}", "messages": _user("No thinking"), "think": False}
     r = chat(stack, body, stream)
     assert r.message.thinking is None and r.message.content

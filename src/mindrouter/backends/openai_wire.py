@@ -163,6 +163,9 @@ def _put_sampling(body: Json, s: Sampling, flavor: Flavor) -> None:
 def _put_reasoning(body: Json, r: Reasoning, flavor: Flavor) -> None:
     if r.effort is not None:
         body["reasoning_effort"] = r.effort
+    elif r.mode == "off" and not flavor.template_kwargs:
+        # The only switch a generic OpenAI-compatible server understands.
+        body["reasoning_effort"] = "none"
     if flavor.template_kwargs and r.mode != "default":
         kwargs = body.setdefault("chat_template_kwargs", {})
         kwargs["enable_thinking"] = r.mode != "off"
