@@ -11,30 +11,12 @@ import math
 from collections.abc import Collection
 from typing import Any
 
+from mindrouter.dialects.fields import kind_of as describe
 from mindrouter.errors import InvalidRequest
 
 
 def child(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else str(key)
-
-
-def describe(value: object) -> str:
-    """The JSON kind of a value, for messages such as "expected a string, got an array"."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def shown(value: int | float) -> str:

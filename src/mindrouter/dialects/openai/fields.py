@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
-from mindrouter.errors import InvalidRequest
+from mindrouter.dialects.fields import invalid as invalid
+from mindrouter.dialects.fields import kind_of as kind_of
 
 JSONObject = dict[str, Any]
 
@@ -21,30 +22,6 @@ def path(prefix: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{prefix}[{key}]"
     return f"{prefix}.{key}" if prefix else key
-
-
-def invalid(param: str, problem: str) -> InvalidRequest:
-    """An InvalidRequest whose message starts with the parameter it is about."""
-    return InvalidRequest(f"{param}: {problem}", param=param)
-
-
-def kind_of(value: object) -> str:
-    """The JSON name of a value's type, for messages a client can act on."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def as_object(value: object, param: str) -> JSONObject:
