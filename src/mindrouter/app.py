@@ -230,7 +230,11 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         checks = await readiness(runtime, settings)
         # Backends are reported but do not decide readiness: every replica shares them, so
         # pulling replicas out of a load balancer would not help when all backends are down.
-        ready = all(v == "ok" for k, v in checks.items() if k != "backends")
+        # With fail_open the gateway serves without Redis, so Redis does not decide either.
+        optional = {"backends"} | (
+            {"redis"} if settings.redis_unavailable == "fail_open" else set()
+        )
+        ready = all(v == "ok" for k, v in checks.items() if k not in optional)
         return json_response(
             {"status": "ok" if ready else "unavailable", "checks": checks},
             ctx,

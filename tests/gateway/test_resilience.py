@@ -1,10 +1,10 @@
 """Failures of backends, seen through the gateway with the official SDKs.
 
 Every test builds its own small cluster: simulated engines serving the same model `m`, and a
-gateway in front of them. The backend that is meant to fail gets `priority: 3` (more than the latency bonus a
-# backend earns by serving streams), so the router
-tries it first whenever it is usable; what the other backend's records and the audit trail show
-then proves whether the gateway retried, timed out, failed over or stayed away.
+gateway in front of them. The backend that is meant to fail gets `priority: 3` (worth more than
+the latency bonus a backend earns by serving streams), so the router tries it first whenever it
+is usable; what the other backend's records and the audit trail show then proves whether the
+gateway retried, timed out, failed over or stayed away.
 
 - a backend that is down (a closed port from the start, or stopped while the gateway runs),
   one failing half its requests, or one that hangs: every request still succeeds elsewhere;
@@ -14,8 +14,8 @@ then proves whether the gateway retried, timed out, failed over or stayed away.
   after the cooldown, re-opens when the probe fails and closes when it succeeds;
 - a backend 4xx that retrying cannot fix reaches the client with the backend's status and
   message after one attempt;
-- when nothing can serve (all backends failing, hanging, refusing capacity, or over a limit)
-  the statuses in each dialect are those of docs/failures.md.
+- when nothing can serve (all backends failing, hanging or refusing connections, no capacity,
+  a request over a limit) the statuses in each dialect are those of docs/failures.md.
 
 The helpers here (`start_cluster`, `post`, ...) are shared by test_context_fit.py and
 test_health.py.
@@ -24,12 +24,13 @@ test_health.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anthropic
@@ -37,6 +38,7 @@ import httpx
 import ollama
 import openai
 import pytest
+from fastapi import FastAPI
 
 from mindrouter.app import build_app
 from mindrouter.serving import ThreadServer
@@ -74,13 +76,16 @@ def ollama_sim(context: int = 8192, **behaviour: Any) -> SimConfig:
 def backend(
     name: str, sim: SimConfig | None = None, url: str | None = None, **fields: Any
 ) -> dict[str, Any]:
-    """A backend entry of the config; `sim` is started by `start_cluster`, `url` is used as is."""
+    """A backend entry of the config; `sim` is started by `start_cluster`, `url` is used as is.
+
+    It serves every model of its simulator, under the simulator's name without the `:latest`
+    tag (just `m` for a backend without a simulator)."""
     engine = sim.engine if sim is not None else fields.pop("engine", "vllm")
-    upstream = f"{MODEL}:latest" if engine == "ollama" else MODEL
+    upstreams = [m.name for m in sim.models] if sim is not None else [MODEL]
     entry: dict[str, Any] = {
         "name": name,
         "engine": engine,
-        "models": [{"name": MODEL, "upstream": upstream}],
+        "models": [{"name": up.removesuffix(":latest"), "upstream": up} for up in upstreams],
         **fields,
     }
     if sim is not None:
@@ -97,6 +102,8 @@ class Cluster:
     states: dict[str, SimState]
     settings: Settings
     key: str  # an admin key: it may call the inference routes as well as /admin
+    app: FastAPI
+    clients: dict[str, Any] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -147,16 +154,29 @@ class Cluster:
         tokens: int = r.json()["period_tokens"]
         return tokens
 
+    # SDK clients are made once per cluster: building one costs about a tenth of a second.
+
     def openai(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=self.key, max_retries=0)
+        if "openai" not in self.clients:
+            self.clients["openai"] = openai.OpenAI(
+                base_url=self.url + "/v1", api_key=self.key, max_retries=0
+            )
+        client: openai.OpenAI = self.clients["openai"]
+        return client
 
     def anthropic(self) -> anthropic.Anthropic:
-        return anthropic.Anthropic(
-            base_url=self.url + "/anthropic", api_key=self.key, max_retries=0
-        )
+        if "anthropic" not in self.clients:
+            self.clients["anthropic"] = anthropic.Anthropic(
+                base_url=self.url + "/anthropic", api_key=self.key, max_retries=0
+            )
+        client: anthropic.Anthropic = self.clients["anthropic"]
+        return client
 
     def ollama(self) -> ollama.Client:
-        return ollama.Client(host=self.url, headers=self.auth)
+        if "ollama" not in self.clients:
+            self.clients["ollama"] = ollama.Client(host=self.url, headers=self.auth)
+        client: ollama.Client = self.clients["ollama"]
+        return client
 
 
 def start_cluster(
@@ -190,12 +210,13 @@ def start_cluster(
     settings = settings_from_dict(raw)
     try:
         key = asyncio.run(prepare_database(settings, admin=True))
-        gateway = ThreadServer(build_app(settings)).start()
+        app = build_app(settings)
+        gateway = ThreadServer(app).start()
     except BaseException:
         for sim in sims.values():
             sim.stop()
         raise
-    return Cluster(gateway, sims, states, settings, key)
+    return Cluster(gateway, sims, states, settings, key, app)
 
 
 @pytest.fixture
@@ -292,7 +313,9 @@ def ask_with_sdk(c: Cluster, variant: int) -> str:
     if stream:
         parts = client_o.chat(model=MODEL, messages=USER, stream=True, options={"num_predict": 8})
         return "".join(p.message.content or "" for p in parts)
-    return client_o.chat(model=MODEL, messages=USER, options={"num_predict": 8}).message.content or ""
+    return (
+        client_o.chat(model=MODEL, messages=USER, options={"num_predict": 8}).message.content or ""
+    )
 
 
 # -- a backend that is down ----------------------------------------------------------------------
@@ -309,7 +332,9 @@ def test_a_backend_on_a_closed_port_is_never_tried(cluster_factory: Callable[...
     assert [(r["backend"], r["attempts"]) for r in c.audit(12)] == [("up", 1)] * 12
 
 
-def test_a_backend_stopped_while_healthy_fails_over(cluster_factory: Callable[..., Cluster]) -> None:
+def test_a_backend_stopped_while_healthy_fails_over(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     # The health checker would notice only after a minute: the requests find out first.
     c = cluster_factory(
         [backend("down", vllm_sim(), priority=3), backend("up", vllm_sim())],
@@ -332,7 +357,9 @@ def test_a_backend_stopped_while_healthy_fails_over(cluster_factory: Callable[..
 # -- a backend failing half its requests ---------------------------------------------------------
 
 
-def test_half_failing_backend_every_request_succeeds(cluster_factory: Callable[..., Cluster]) -> None:
+def test_half_failing_backend_every_request_succeeds(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
     # A breaker that never opens keeps the flaky backend first in line for every request, so
     # each one of its failures is retried on the other backend.
     c = cluster_factory(
@@ -411,12 +438,64 @@ def test_a_hanging_backend_times_out_then_fails_over(
     wait_for(lambda: record.cancelled_at is not None, "the hung engine to see the hang-up")
 
 
+@contextlib.contextmanager
+def unanswering(port: int) -> Iterator[None]:
+    """A listener on `port` whose backlog is full, so that a new connection's handshake never
+    completes: what a backend that dropped off the network looks like to the gateway."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(0)
+    fillers = []
+    try:
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            fillers.append(filler)
+        yield
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+def test_a_connect_timeout_fails_over(cluster_factory: Callable[..., Cluster]) -> None:
+    c = cluster_factory(
+        [backend("gone", vllm_sim(), priority=3), backend("live", vllm_sim())],
+        timeouts={"connect": 0.3},
+        health_interval_s=60,
+        breaker_threshold=1000,
+    )
+    port = c.sims["gone"].port
+    c.sims["gone"].stop()
+    with unanswering(port):
+        for dialect in DIALECTS:
+            assert post(c, dialect, stream=dialect == "anthropic").status_code == 200
+        rows = c.audit(3)
+        assert [(r["backend"], r["attempts"]) for r in rows] == [("live", 2)] * 3
+        assert "connect timeout" in c.backends()["gone"]["last_error"]
+        # With the other backend out of the way, the timeout is the client's answer.
+        (live,) = [b for b in c.app.state.gateway.catalog.backends if b.name == "live"]
+        live.draining = True
+        expected = {"openai": "timeout", "anthropic": "timeout_error", "ollama": None}
+        for dialect in DIALECTS:
+            r = post(c, dialect)
+            assert r.status_code == 504, r.text
+            assert "connect timeout" in check_error_shape(dialect, r)
+            body = r.json()
+            if dialect == "openai":
+                assert body["error"]["code"] == expected["openai"]
+            elif dialect == "anthropic":
+                assert body["error"]["type"] == expected["anthropic"]
+
+
 def test_a_hang_with_no_other_backend_is_a_gateway_timeout(
     cluster_factory: Callable[..., Cluster],
 ) -> None:
     c = cluster_factory(
         [backend("hung", vllm_sim(hang_rate=1.0))],
-        timeouts={"first_byte": 0.3, "total": 1.0},
+        timeouts={"first_byte": 0.2, "total": 0.5},
         breaker_threshold=1000,
     )
     expected = {"openai": "timeout", "anthropic": "timeout_error", "ollama": None}
@@ -620,14 +699,6 @@ def test_breaker_opens_after_three_failures_and_probes_once(breaking: Cluster) -
     assert all(r["status"] == "ok" for r in rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "pipeline/gateway.py: a half-open probe that ends without on_success/on_failure (here "
-        "ContextLengthExceeded raised by _fit after _start_attempt claimed the probe; also a "
-        "cancelled probe) leaves Breaker.probing True, so the breaker stays open for ever"
-    ),
-)
 def test_a_probe_that_ends_in_a_client_error_does_not_wedge_the_breaker(
     cluster_factory: Callable[..., Cluster],
 ) -> None:
@@ -718,7 +789,7 @@ def test_backend_4xx_reaches_each_sdk_as_its_bad_request(no_thinking: Cluster) -
     assert c.seen("second") == 0
 
 
-# -- nothing can serve: the statuses in each dialect ---------------------------------------------
+# -- nothing can serve, or the request is refused: the statuses in each dialect --------------------
 
 
 @pytest.mark.parametrize("status", [500, 503, 429])
@@ -744,6 +815,24 @@ def test_every_backend_failing_is_a_bad_gateway(
     # Retried on the other backend every time: two attempts per request.
     assert [row["attempts"] for row in c.audit(6)] == [2] * 6
     assert c.seen("a") == c.seen("b") == 6
+
+
+def test_every_backend_refusing_connections_is_a_bad_gateway(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    c = cluster_factory(
+        [backend("a", vllm_sim()), backend("b", vllm_sim())],
+        health_interval_s=60,
+        breaker_threshold=1000,
+    )
+    c.sims["a"].stop()
+    c.sims["b"].stop()
+    for dialect in DIALECTS:
+        for stream in (False, True):
+            r = post(c, dialect, stream)
+            assert r.status_code == 502, (dialect, stream, r.text)
+            assert "cannot connect" in check_error_shape(dialect, r)
+    assert [row["attempts"] for row in c.audit(6)] == [2] * 6
 
 
 def test_no_capacity_within_the_wait_is_overloaded(cluster_factory: Callable[..., Cluster]) -> None:
@@ -789,12 +878,24 @@ def test_an_open_breaker_on_every_backend_is_overloaded(
     assert c.seen("only") == 3
 
 
+def test_a_body_over_the_size_limit_is_413(cluster_factory: Callable[..., Cluster]) -> None:
+    c = cluster_factory([backend("one", vllm_sim())], max_body_bytes=20_000)
+    big = [{"role": "user", "content": "x" * 30_000}]
+    for dialect in DIALECTS:
+        r = post(c, dialect, messages=big)
+        assert r.status_code == 413, r.text
+        assert "20000 bytes" in check_error_shape(dialect, r)
+        if dialect == "openai":
+            assert r.json()["error"]["code"] == "request_too_large"
+        elif dialect == "anthropic":
+            assert r.json()["error"]["type"] == "request_too_large"
+    assert c.seen("one") == 0
+
+
 def test_over_the_rate_limit_is_429_with_retry_after(
     cluster_factory: Callable[..., Cluster],
 ) -> None:
-    c = cluster_factory(
-        [backend("one", vllm_sim())], groups=[{"name": "testers", "rpm": 1}]
-    )
+    c = cluster_factory([backend("one", vllm_sim())], groups=[{"name": "testers", "rpm": 1}])
     assert post(c, "openai").status_code == 200
     for dialect in DIALECTS:
         r = post(c, dialect)
@@ -806,3 +907,18 @@ def test_over_the_rate_limit_is_429_with_retry_after(
         elif dialect == "anthropic":
             assert r.json()["error"]["type"] == "rate_limit_error"
     assert c.seen("one") == 1
+
+
+def test_an_exhausted_budget_does_not_make_sdks_sleep_until_the_period_ends(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    c = cluster_factory(
+        [backend("one", vllm_sim())], groups=[{"name": "testers", "token_budget": 30}]
+    )
+    assert post(c, "openai").status_code == 200  # uses up most of the 30 tokens
+    r = post(c, "anthropic")
+    assert r.status_code == 429, r.text
+    assert r.json()["error"]["type"] == "rate_limit_error"
+    # Either the SDKs are told not to retry, or the wait they are given is a short one.
+    safe = r.headers.get("x-should-retry") == "false" or int(r.headers["retry-after"]) <= 60
+    assert safe, dict(r.headers)

@@ -15,6 +15,9 @@ from mindrouter.dialects import openai as openai_dialect
 from mindrouter.errors import MindRouterError, RateLimited, UpstreamRejected
 from mindrouter.pipeline.context import Dialect
 
+# Waits longer than this are not worth an automatic retry by the client's SDK.
+MAX_SDK_RETRY_WAIT = 60
+
 STATUS_BY_KIND: dict[str, int] = {
     "invalid_request": 400,
     "context_length_exceeded": 400,
@@ -62,9 +65,12 @@ def error_response(error: MindRouterError, dialect: Dialect, request_id: str) ->
         headers["request-id"] = request_id
     if isinstance(error, RateLimited):
         # Whole seconds, at least 1: SDKs sleep for exactly what the header says.
-        headers["retry-after"] = str(max(1, math.ceil(error.retry_after)))
-    if error.kind == "internal":
-        headers["x-should-retry"] = "false"
+        wait = max(1, math.ceil(error.retry_after))
+        headers["retry-after"] = str(wait)
+        if wait > MAX_SDK_RETRY_WAIT:
+            # A used-up budget frees only when the period ends; an SDK that obeyed would sleep
+            # for days (the anthropic SDK has no cap), so tell it not to retry at all.
+            headers["x-should-retry"] = "false"
     body = orjson.dumps(error_body(error, dialect, request_id))
     return Response(body, status_code=status, headers=headers, media_type="application/json")
 

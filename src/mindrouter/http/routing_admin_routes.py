@@ -63,11 +63,17 @@ def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
             {"data": [backend_view(b, now) for b in gateway.catalog.backends]}, ctx
         )
 
-    async def drain(request: Request) -> Response:
+    async def set_draining(request: Request, draining: bool) -> Response:
         ctx = await admin(request)
         b = backend(request.path_params["name"])
-        b.draining = request.path_params["verb"] == "drain"
+        b.draining = draining
         return json_response(backend_view(b, gateway.s.clock()), ctx)
+
+    async def drain(request: Request) -> Response:
+        return await set_draining(request, True)
+
+    async def undrain(request: Request) -> Response:
+        return await set_draining(request, False)
 
     async def queue(request: Request) -> Response:
         ctx = await admin(request)
@@ -78,6 +84,7 @@ def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
 
     return [
         Route("/admin/routing/backends", backends, methods=["GET"]),
-        Route("/admin/routing/backends/{name}/{verb:drain|undrain}", drain, methods=["POST"]),
+        Route("/admin/routing/backends/{name}/drain", drain, methods=["POST"]),
+        Route("/admin/routing/backends/{name}/undrain", undrain, methods=["POST"]),
         Route("/admin/queue", queue, methods=["GET"]),
     ]

@@ -191,6 +191,9 @@ class Gateway:
                 last = exc
                 self._attempt_failed(backend, exc)
                 continue
+            except BaseException:
+                backend.breaker.on_abandoned()
+                raise
             backend.breaker.on_success()
             return result
         assert last is not None
@@ -233,10 +236,9 @@ class Gateway:
                 adapter = self.adapters[backend.name]
                 try:
                     events = opener(adapter, await self._fit(flight, req, upstream, adapter))
-                except UpstreamError as exc:
-                    last = exc
-                    self._attempt_failed(backend, exc)
-                    continue
+                except BaseException:
+                    backend.breaker.on_abandoned()
+                    raise
                 try:
                     first = await anext(events)
                 except StopAsyncIteration:
@@ -247,7 +249,13 @@ class Gateway:
                     raise
                 except UpstreamError as exc:
                     last = exc
+                except BaseException:
+                    backend.breaker.on_abandoned()
+                    await events.aclose()
+                    raise
                 else:
+                    # The backend answered: that is what the breaker wants to know.
+                    backend.breaker.on_success()
                     ctx.first_token_at = self.s.clock()
                     backend.observe_ttft(ctx.first_token_at - ctx.attempt_started_at)
                     return self._relay(ctx, flight, req.model, first, events)
@@ -285,8 +293,6 @@ class Gateway:
                 elif isinstance(event, Done):
                     usage = event.usage
                     status = "ok"
-                    if flight.backend is not None:
-                        flight.backend.breaker.on_success()
                 yield event
                 try:
                     event = await anext(events)

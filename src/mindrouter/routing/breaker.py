@@ -39,6 +39,11 @@ class Breaker:
         if self.state(now) == "half_open":
             self.probing = True
 
+    def on_abandoned(self) -> None:
+        """An attempt ended without telling anything about the backend (the client left, the
+        request was refused before it was sent): give the probe back for another request."""
+        self.probing = False
+
     def on_success(self) -> None:
         self.failures = 0
         self.open_until = 0.0

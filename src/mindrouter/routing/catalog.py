@@ -93,9 +93,10 @@ class Catalog:
 
     def resolve(self, name: str) -> ModelSpec:
         canonical = self._alias.get(name)
-        if canonical is None and name.endswith(":latest"):
-            # Ollama clients add the default tag to untagged names.
-            canonical = self._alias.get(name.removesuffix(":latest"))
+        if canonical is None:
+            # Ollama treats `x` and `x:latest` as one model; so do we, both ways.
+            other = name.removesuffix(":latest") if name.endswith(":latest") else name + ":latest"
+            canonical = self._alias.get(other)
         if canonical is None:
             raise ModelNotFound(name)
         return self._specs[canonical]
