@@ -26,15 +26,21 @@ import openai
 import pytest
 
 from mindrouter.app import build_app
+from mindrouter.observability.logging import configure_logging
 from mindrouter.serving import ThreadServer
-from mindrouter.settings import settings_from_dict
+from mindrouter.settings import Settings, settings_from_dict
 from mindrouter.stores.sql import apply_config, open_stores
 from mindrouter.stores.sql.migrate import upgrade
 from tests.gateway.stack import sqlite_url
 
 MODEL = "gemma"  # the gateway's name for it
+# The same model under an entry that claims a larger context than llama-server has, so that a
+# prompt the gateway lets through is refused by llama-server itself.
+OVERSTATED = "gemma-overstated"
 UPSTREAM = "gemma-3-270m"  # llama-server's --alias
 CONTEXT = 2048
+# Decoding is greedy (temperature 0); the seed is fixed as well so that nothing is left to chance.
+SEED = 7
 # Loading a 250 MB model on 2 busy cores takes a few seconds; the margin is for a loaded CI box.
 START_TIMEOUT = 90.0
 
@@ -53,6 +59,36 @@ class LlamaServer:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        """A request made directly to llama-server, bypassing the gateway: the reference."""
+        resp = httpx.post(self.url + path, json=body, timeout=60)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def chat(self, messages: list[dict[str, Any]], max_tokens: int) -> Any:
+        return self.post(
+            "/v1/chat/completions",
+            {
+                "model": UPSTREAM,
+                "messages": messages,
+                "temperature": 0,
+                "seed": SEED,
+                "max_tokens": max_tokens,
+            },
+        )
+
+    def complete(self, prompt: str, max_tokens: int) -> Any:
+        return self.post(
+            "/v1/completions",
+            {
+                "model": UPSTREAM,
+                "prompt": prompt,
+                "temperature": 0,
+                "seed": SEED,
+                "max_tokens": max_tokens,
+            },
+        )
 
 
 @dataclass
@@ -163,8 +199,14 @@ def llama(
         # what the gateway's model entry promises.
         "--kv-unified",
         "--jinja",
+        # Every prompt is evaluated whole: with a cached prefix llama-server evaluates fewer
+        # tokens in a differently shaped batch, which shifts the logits enough to change a greedy
+        # continuation now and then, and the tests compare texts with llama-server's own.
+        "--no-cache-prompt",
+        # ggml's threads wait for each other by spinning, so on two cores shared with the
+        # gateway (and whatever else runs) two threads were several times slower than one.
         "--threads",
-        "2",
+        "1",
     ]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -200,16 +242,22 @@ def gateway_config(llama_url: str, database_url: str) -> dict[str, Any]:
                 "engine": "llamacpp",
                 "url": llama_url,
                 "max_concurrent": 2,
-                "models": [{"name": MODEL, "upstream": UPSTREAM}],
+                "models": [
+                    {"name": MODEL, "upstream": UPSTREAM},
+                    {"name": OVERSTATED, "upstream": UPSTREAM},
+                ],
             }
         ],
-        "models": [{"name": MODEL, "context_length": CONTEXT, "capabilities": ["chat"]}],
+        "models": [
+            {"name": MODEL, "context_length": CONTEXT, "capabilities": ["chat"]},
+            {"name": OVERSTATED, "context_length": 4 * CONTEXT, "capabilities": ["chat"]},
+        ],
         "groups": [{"name": "testers", "scheduler_weight": 1}],
         "users": [{"name": "tester", "group": "testers"}, {"name": "root", "group": "testers"}],
     }
 
 
-async def _prepare(settings: Any) -> tuple[str, str]:
+async def _prepare(settings: Settings) -> tuple[str, str]:
     stores = open_stores(settings.database_url)
     try:
         await upgrade(stores.engine)
@@ -224,6 +272,9 @@ async def _prepare(settings: Any) -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def real(llama: LlamaServer) -> Iterator[RealStack]:
     settings = settings_from_dict(gateway_config(llama.url, sqlite_url()))
+    # As `mindrouter serve` does: otherwise every request's log line goes to stdout from the
+    # server thread, in between pytest's captured sections.
+    configure_logging(settings.log_level)
     key, admin_key = asyncio.run(_prepare(settings))
     gateway = ThreadServer(build_app(settings)).start()
     try:
