@@ -1,5 +1,6 @@
 """One gateway process for the real-time benchmark, with its capacity gate chosen on the command
-line: `python -m bench.fairness.gateway_proc CONFIG.json --queue fair|fifo --state memory|redis`.
+line: `python -m bench.fairness.gateway_proc CONFIG.json --queue fair|fifo|shared-pending
+--state memory|redis`.
 
 The app is the real one (`build_app`: authentication, limits, audit, routing, streaming); only the
 gate is replaced, as the composition root would build it: `CapacityGate(FairQueue(state))` with
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fairness.fifo import FifoQueue
+from bench.fairness.shared_pending import SharedPendingQueue
 from mindrouter.app import build_app
 from mindrouter.observability.logging import configure_logging
 from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMemoryFairShareState
@@ -37,7 +39,8 @@ async def serve(ns: argparse.Namespace) -> int:
         state = shared
     else:
         state = InMemoryFairShareState()
-    queue = FifoQueue(state) if ns.queue == "fifo" else FairQueue(state)
+    queues = {"fair": FairQueue, "fifo": FifoQueue, "shared-pending": SharedPendingQueue}
+    queue = queues[ns.queue](state)
     app.state.gateway.s.gate = CapacityGate(queue)
     server = InLoopServer(app, log_level="warning")
     await server.start()
@@ -63,7 +66,7 @@ async def serve(ns: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fairness.gateway_proc")
     parser.add_argument("config", help="gateway settings as JSON")
-    parser.add_argument("--queue", choices=("fair", "fifo"), default="fair")
+    parser.add_argument("--queue", choices=("fair", "fifo", "shared-pending"), default="fair")
     parser.add_argument("--state", choices=("memory", "redis"), default="memory")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--prefix", default="mr:")

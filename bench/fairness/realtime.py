@@ -14,6 +14,10 @@ variant:
                          RedisFairShareState; each gets half of every backend (max_concurrent 1),
                          since in-flight counts are per process; the clients split every user's
                          connections evenly between the two, as a load balancer would
+    ours, 2 replicas, 10 ms sync      (only with --variant) the same, exchanging every 10 ms
+    ours, 2 replicas, shared pending  (only with --variant) the same, with the output expected
+                                      from running streams shared too (`shared_pending.py`)
+    ours, 2 replicas, shared pending, 10 ms sync   (only with --variant) both
 
 Scenarios (every client streams, and records each chunk):
 
@@ -28,8 +32,9 @@ so that a one-minute run still holds ~150 scheduling decisions; windows are corr
 shorter (20 s sliding by 5 s, 10 s by 2.5 s with --short) after a warm-up of 5 s (2.5 s).
 
 This is a benchmark, not a test: nothing passes or fails, the figures are reported in
-bench/results/fairness_realtime.{json,md}. Needs Redis (127.0.0.1:6379 or --redis-url) for the
-shared variants. The machine is shared and small: each run records the load average.
+bench/results/fairness_realtime.{json,md} (`_short` with --short, `_TAG` with --tag TAG). Needs
+Redis (127.0.0.1:6379 or --redis-url) for the shared variants. The machine is shared and small:
+each run records the load average.
 """
 
 from __future__ import annotations
@@ -47,10 +52,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from uuid import uuid4
 
 import aiohttp
@@ -78,9 +82,10 @@ WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "n
 @dataclass(frozen=True, slots=True)
 class Variant:
     name: str
-    queue: str  # fair | fifo
+    queue: str  # fair | fifo | shared-pending
     state: str  # memory | redis
     replicas: int
+    sync_interval: float = 0.05  # RedisFairShareState's, when the state is shared
 
 
 VARIANTS = (
@@ -89,6 +94,13 @@ VARIANTS = (
     Variant("ours, Redis state", "fair", "redis", 1),
     Variant("ours, 2 replicas", "fair", "redis", 2),
 )
+# Run only when named with --variant: does the exchange interval matter?
+EXTRA_VARIANTS = (
+    Variant("ours, 2 replicas, 10 ms sync", "fair", "redis", 2, 0.01),
+    Variant("ours, 2 replicas, shared pending", "shared-pending", "redis", 2),
+    Variant("ours, 2 replicas, shared pending, 10 ms sync", "shared-pending", "redis", 2, 0.01),
+)
+ALL_VARIANTS = VARIANTS + EXTRA_VARIANTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +131,8 @@ class Scenario:
 
     @property
     def weights(self) -> dict[str, float]:
-        return {u.user: u.weight for u in (*self.closed, *self.open)}
+        users: list[Closed | Open] = [*self.closed, *self.open]
+        return {u.user: u.weight for u in users}
 
 
 SCENARIOS = (
@@ -364,7 +377,10 @@ async def start_sims() -> tuple[list[Child], list[str]]:
 
 
 def gateway_settings(sim_urls: list[str], database_url: str, replicas: int) -> dict[str, Any]:
-    users = [u for sc in SCENARIOS for u in (*sc.closed, *sc.open)]
+    users: list[Closed | Open] = []
+    for sc in SCENARIOS:
+        users += sc.closed
+        users += sc.open
     return {
         "database_url": database_url,
         "secret_key": "bench-secret",
@@ -420,6 +436,8 @@ async def start_gateways(
             redis_url,
             "--prefix",
             prefix,
+            "--sync-interval",
+            str(variant.sync_interval),
             stdin=True,
         )
         for i in range(variant.replicas)
@@ -521,7 +539,7 @@ async def delete_prefix(redis_url: str, prefix: str) -> None:
     try:
         keys = [k async for k in client.scan_iter(match=f"{prefix}*")]
         if keys:
-            await cast(Awaitable[int], client.delete(*keys))
+            await client.delete(*keys)
     finally:
         await client.aclose()
 
@@ -529,7 +547,7 @@ async def delete_prefix(redis_url: str, prefix: str) -> None:
 async def check_redis(redis_url: str) -> None:
     client = Redis.from_url(redis_url, socket_connect_timeout=2)
     try:
-        await cast(Awaitable[bool], client.ping())
+        await client.ping()
     except Exception as exc:
         raise SystemExit(
             f"the shared variants need Redis at {redis_url} (--redis-url to point elsewhere): {exc}"
@@ -583,7 +601,8 @@ def summarise(res: dict[str, Any]) -> None:
             for v, runs in sc["runs"].items()
         }
     weights = res["scenarios"].get("weights", {}).get("median", {})
-    one, two = weights.get("ours"), weights.get("ours, 2 replicas")
+    one = weights.get("ours")
+    two = weights.get("ours, 2 replicas") or weights.get("ours, 2 replicas, 10 ms sync")
     if one and two:
         deltas = {
             "share_error_p95_points": two["share_error_pct.p95"] - one["share_error_pct.p95"],
@@ -610,7 +629,7 @@ def fmt(value: float, kind: str) -> str:
 
 def markdown(res: dict[str, Any]) -> str:
     runs = [sc["runs"] for sc in res["scenarios"].values()]
-    names = [v.name for v in VARIANTS if any(v.name in r for r in runs)]
+    names = [v.name for v in ALL_VARIANTS if any(v.name in r for r in runs)]
     rows = {
         "weights": [
             ("share error p50 (windows)", "share_error_pct.p50", "pct"),
@@ -693,7 +712,7 @@ async def main_async(ns: argparse.Namespace) -> dict[str, Any]:
         window=ns.window or (10.0 if ns.short else 20.0),
         step=(ns.window or (10.0 if ns.short else 20.0)) / 4,
     )
-    variants = [v for v in VARIANTS if not ns.variant or v.name in ns.variant]
+    variants = [v for v in ALL_VARIANTS if v.name in ns.variant] if ns.variant else VARIANTS
     scenarios = [s for s in SCENARIOS if not ns.scenario or s.name in ns.scenario]
     if any(v.state == "redis" for v in variants):
         await check_redis(ns.redis_url)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from pathlib import Path
 
-from bench.overhead.run import main
+from bench.overhead.run import main, rerender
 
 
 def cli() -> int:
@@ -19,7 +20,14 @@ def cli() -> int:
         action="store_true",
         help="about a minute: fewer rates, one round, no soak; reports figures, never fails",
     )
+    parser.add_argument(
+        "--rerender",
+        metavar="FILE",
+        help="re-derive the figures and the Markdown report of a results JSON; run nothing",
+    )
     ns = parser.parse_args()
+    if ns.rerender:
+        return rerender(Path(ns.rerender))
     try:
         import uvloop
 

@@ -9,10 +9,10 @@ it (`--nonblocking`) and only while a thread is on the CPU (idle threads are not
 shares below are shares of the gateway's CPU time. The collapsed stacks are kept next to the
 report, for a flame graph (`flamegraph.pl` or speedscope) or a closer look.
 
-Variants start the same `mindrouter serve` with one thing changed from outside the source tree,
-to measure what a recommended change would gain before anyone makes it:
-- default: as shipped;
-- uvloop:  the event loop is uvloop's instead of asyncio's.
+`--variant` profiles the gateway with one candidate change applied from outside the source tree
+(bench/overhead/variants.py). `--compare a,b,...` runs no profiler: it starts one gateway per
+variant and measures them interleaved at the same rate (CPU per request from /proc, latency),
+round after round, to put a number on each recommendation before anyone makes it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -31,20 +32,9 @@ from typing import Any
 from bench.overhead import run, targets
 from bench.overhead.client import Pool, open_loop
 from bench.overhead.targets import HOST
+from bench.overhead.variants import VARIANTS, launcher
 
 TOOLS = Path.home() / ".cache" / "mindrouter" / "tools-venv"
-VARIANTS: dict[str, str] = {
-    "default": "",
-    "uvloop": "import uvloop; uvloop.install()",
-}
-
-
-def launcher(variant: str) -> list[str] | None:
-    prelude = VARIANTS[variant]
-    if not prelude:
-        return None
-    code = f"import sys; {prelude}; from mindrouter.cli import main; sys.exit(main(sys.argv[1:]))"
-    return [sys.executable, "-c", code]
 
 
 def py_spy() -> Path:
@@ -77,6 +67,7 @@ def summarize(collapsed: Path) -> dict[str, Any]:
     cumulative: Counter[str] = Counter()
     modules: Counter[str] = Counter()
     threads: Counter[str] = Counter()
+    stages: Counter[str] = Counter()
     total = waiting = 0
     for line in collapsed.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
@@ -87,11 +78,13 @@ def summarize(collapsed: Path) -> dict[str, Any]:
         frames = [_frame_key(f) for f in parts if " (" in f and not f.startswith("thread (")]
         if not frames:
             continue
-        if frames[-1] in WAITING:
+        # aiosqlite's worker thread blocks on its queue at this line between statements.
+        if frames[-1] in WAITING or parts[-1].endswith("aiosqlite/core.py:59)"):
             waiting += count
             continue
         total += count
         threads[_thread_kind(frames)] += count
+        stages[_stage(frames)] += count
         self_time[frames[-1]] += count
         for key in set(frames):
             cumulative[key] += count
@@ -104,7 +97,35 @@ def summarize(collapsed: Path) -> dict[str, Any]:
         "cumulative": cumulative,
         "modules": modules,
         "threads": threads,
+        "stages": stages,
     }
+
+
+# The first matching stage claims a sample: a stack that is inside the audit writer counts there
+# even when its leaf is asyncio's transport code.
+STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "audit writer: SQLAlchemy + asyncpg/aiosqlite",
+        ("AuditWriter", "asyncpg/", "sqlalchemy/", "aiosqlite/"),
+    ),
+    ("limit store: redis-py", ("redis/", "mindrouter/stores/limits")),
+    ("upstream call: aiohttp client + adapter", ("aiohttp/", "mindrouter/backends/")),
+    ("authentication", ("mindrouter/identity/",)),
+    ("fair gate / scheduling", ("mindrouter/scheduling/",)),
+    ("Prometheus metrics", ("prometheus_client/",)),
+    ("dialect decode/encode", ("mindrouter/dialects/",)),
+    ("token estimate (tiktoken)", ("tiktoken/", "mindrouter/tokens")),
+    ("logging (structlog)", ("structlog/",)),
+    ("pipeline glue (gateway, flight, http)", ("mindrouter/pipeline/", "mindrouter/http/")),
+    ("web framework (uvicorn, starlette, fastapi)", ("uvicorn/", "starlette/", "fastapi/")),
+)
+
+
+def _stage(frames: list[str]) -> str:
+    for name, keys in STAGES:
+        if any(k in f for f in frames for k in keys):
+            return name
+    return "event loop and the rest"
 
 
 def _thread_kind(frames: list[str]) -> str:
@@ -166,7 +187,8 @@ async def profile(ns: argparse.Namespace) -> Path:
                 str(int(ns.duration)),
                 "--format",
                 "raw",
-                "--nonblocking",
+                # Native stacks need the process paused while it is sampled.
+                *(["--native"] if ns.native else ["--nonblocking"]),
                 "--threads",
                 "--output",
                 str(out),
@@ -224,6 +246,15 @@ def _report(ns: argparse.Namespace, stats: dict[str, Any], s: dict[str, Any], ra
         + ", ".join(f"{k} {v / total:.1%}" for k, v in s["threads"].most_common())
         + ".",
         "",
+        "## By stage (first match on the stack)",
+        "",
+        "| stage | share | µs per request |",
+        "|---|---:|---:|",
+        *(
+            f"| {k} | {v / total:.1%} | {v / total * stats['cpu_us_per_request']:.0f} |"
+            for k, v in s["stages"].most_common()
+        ),
+        "",
         "## By package (leaf frame)",
         "",
         "| package | share |",
@@ -247,6 +278,126 @@ def _report(ns: argparse.Namespace, stats: dict[str, Any], s: dict[str, Any], ra
     return "\n".join(lines) + "\n"
 
 
+async def compare(ns: argparse.Namespace) -> Path:
+    """Each variant its own gateway (same profile, same mock), measured in turn, round by round."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
+    names = [v.strip() for v in ns.compare.split(",") if v.strip()]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variants {unknown}; known: {sorted(VARIANTS)}")
+    workdir = targets.workdir()
+    mock = await targets.start_mock(workdir)
+    servers = [mock]
+    rows: dict[str, list[dict[str, Any]]] = {v: [] for v in names}
+    load: list[float] = []
+    try:
+        gws: dict[str, run.Target] = {}
+        for v in names:
+            gw = await targets.start_mindrouter(ns.profile, mock.port, workdir, launcher(v))
+            servers.append(gw)
+            gws[v] = run.Target(v, gw, gw.headers, Pool(HOST, gw.port))
+        body = run.chat_body()
+        for t in gws.values():
+            await open_loop(t.pool, t.raw(body), 100, 3.0, timeout=30)
+        # PostgreSQL publishes a backend's transaction counts when it goes idle, up to ~10 s
+        # late: read them after a quiet spell at both ends, and take what the idle gateway does
+        # meanwhile (the auth epoch poll) from an idle window of the same length.
+        xact_a = await _pg_counts(gws)
+        t_a = time.monotonic()
+        await asyncio.sleep(PG_SETTLE_S)
+        xact_b = await _pg_counts(gws)
+        idle_rate = {
+            v: (xact_b[v] - xact_a[v]) / (time.monotonic() - t_a) for v in xact_b if v in xact_a
+        }
+        t_b = time.monotonic()
+        for round_ in range(1, ns.rounds + 1):
+            for v, t in gws.items():
+                t.server.refresh_pids()
+                cpu0 = t.server.cpu()
+                results, t0 = await open_loop(t.pool, t.raw(body), ns.rate, ns.duration)
+                await asyncio.sleep(0.3)
+                cpu = t.server.cpu() - cpu0
+                row = run.unary_summary(results, t0, ns.rate)
+                row["cpu_us_per_request"] = cpu / len(results) * 1e6
+                row["round"] = round_
+                rows[v].append(row)
+                load.append(os.getloadavg()[0])
+                print(
+                    f"  r{round_} {v:<18} cpu {row['cpu_us_per_request']:6.0f} µs/req  "
+                    f"p50 {row['p50_ms']:7.2f} p99 {row['p99_ms']:8.2f} ms  "
+                    f"errors {row['errors']}",
+                    flush=True,
+                )
+                await asyncio.sleep(1.0)
+        await asyncio.sleep(PG_SETTLE_S)
+        xact_c = await _pg_counts(gws)
+        elapsed = time.monotonic() - t_b
+        for v in names:
+            if v in xact_c and v in xact_b:
+                sent = sum(r["requests"] for r in rows[v])
+                busy = xact_c[v] - xact_b[v] - idle_rate[v] * elapsed
+                for r in rows[v]:
+                    r["pg_xact_per_request"] = busy / sent
+        for t in gws.values():
+            t.pool.close()
+    finally:
+        for server in reversed(servers):
+            await server.stop()
+    path = run.RESULTS / f"overhead-variants-{ns.profile}.md"
+    path.write_text(_compare_report(ns, names, rows, load))
+    print(path.read_text())
+    return path
+
+
+PG_SETTLE_S = 12.0
+
+
+async def _pg_counts(gws: dict[str, run.Target]) -> dict[str, int]:
+    out = {}
+    for v, t in gws.items():
+        db = t.server.info.get("database_name")
+        if db:
+            out[v] = await targets.pg_transactions(db)
+    return out
+
+
+def _compare_report(
+    ns: argparse.Namespace,
+    names: list[str],
+    rows: dict[str, list[dict[str, Any]]],
+    load: list[float],
+) -> str:
+    def med(v: str, key: str) -> float:
+        values = [r[key] for r in rows[v] if r.get(key) == r.get(key)]
+        return statistics.median(values) if values else float("nan")
+
+    base = med(names[0], "cpu_us_per_request")
+    lines = [
+        f"# Candidate changes, MindRouter {ns.profile}, {ns.rate} RPS open loop",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {ns.rounds} rounds of "
+        f"{ns.duration:g} s per variant, interleaved; load average (1 min) "
+        f"{min(load):.2f}–{max(load):.2f}. Medians over rounds. Variants are defined in "
+        "bench/overhead/variants.py.",
+        "",
+        f"| variant | CPU µs/request | vs {names[0]} | PG transactions/request | p50 ms | "
+        "p99 ms | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for v in names:
+        cpu = med(v, "cpu_us_per_request")
+        lines.append(
+            f"| {v} | {cpu:.0f} | {(cpu - base) / base:+.1%} | "
+            f"{med(v, 'pg_xact_per_request'):.2f} | {med(v, 'p50_ms'):.2f} | "
+            f"{med(v, 'p99_ms'):.2f} | {sum(r['errors'] for r in rows[v])} |"
+        )
+    lines += ["", "Per round (CPU µs/request):", ""]
+    for v in names:
+        lines.append(f"- {v}: " + ", ".join(f"{r['cpu_us_per_request']:.0f}" for r in rows[v]))
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.overhead.profile", description=__doc__)
     parser.add_argument("--profile", choices=("bare", "governed"), default="governed")
@@ -255,13 +406,17 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=30.0)
     parser.add_argument("--sample-rate", type=int, default=250)
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--native", action="store_true", help="py-spy --native: C frames too")
+    parser.add_argument("--compare", help="comma-separated variants to measure side by side")
+    parser.add_argument("--rounds", type=int, default=3)
     ns = parser.parse_args()
+    job = compare(ns) if ns.compare else profile(ns)
     try:
         import uvloop
 
-        uvloop.run(profile(ns))
+        uvloop.run(job)
     except ImportError:
-        asyncio.run(profile(ns))
+        asyncio.run(job)
     return 0
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import orjson
 
-from bench.overhead import report, targets
+from bench.overhead import figures, report, targets
 from bench.overhead.client import (
     Pool,
     Result,
@@ -44,10 +44,6 @@ LITELLM = "litellm"
 GATEWAYS = (BARE, GOVERNED, LITELLM)
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
-# The criteria for a sustained rate (BENCHMARKS.md §1).
-MIN_ACHIEVED = 0.99
-MAX_ERROR_RATE = 0.001
-MAX_ADDED_P99_MS = 25.0
 STREAM_CHUNKS = 64
 STREAM_GAP_MS = 10.0
 FIRST_TOKEN_MS = 20.0
@@ -68,6 +64,8 @@ class Plan:
     anthropic: bool
     disconnect: int  # streams cancelled per target; 0 = skip
     soak_s: float  # per gateway; 0 = skip
+    timeout_s: float = 5.0  # per request in the sweep
+    quiesce_s: float = 20.0  # at most, for a gateway to work off its backlog between steps
     fixed_rate: int = 200
 
     @staticmethod
@@ -91,15 +89,17 @@ class Plan:
         return Plan(
             short=True,
             rates=(100, 200, 400),
-            step_s=4.0,
+            step_s=3.0,
             rounds=1,
             stream_concurrency=(32,),
-            stream_s=3.0,
+            stream_s=2.0,
             bisect=False,
             large_prompt=False,
             anthropic=False,
             disconnect=0,
             soak_s=0.0,
+            timeout_s=3.0,
+            quiesce_s=5.0,
         )
 
 
@@ -253,7 +253,6 @@ class Bench:
         self.plan = plan
         self.targets: dict[str, Target] = {}
         self.points: list[dict[str, Any]] = []
-        self.unary: dict[tuple[str, str, int], list[list[Result]]] = {}
         self.skipped: dict[str, str] = {}
         self.notes: list[str] = []
         self.load: list[tuple[float, float]] = []
@@ -317,16 +316,17 @@ class Bench:
 
     async def _warm(self, t: Target) -> None:
         """Connections, caches, the key lookup, lazy imports: none of that belongs in a figure."""
-        results, _ = await open_loop(t.pool, t.raw(chat_body()), 100, 2.0, timeout=30)
+        # Gently: a peer that saturates early must not spend the run working off its warm-up.
+        results, _ = await open_loop(t.pool, t.raw(chat_body()), 25, 2.0, timeout=15)
         bad = [r for r in results if not r.ok]
         if len(bad) == len(results):
             raise RuntimeError(f"{t.name} answers nothing during warm-up: {bad[0].error}")
         await closed_loop(t.pool, t.raw(chat_body(stream=True)), 4, 1.0, stream=True)
         await self._quiesce(t)
 
-    async def _quiesce(self, t: Target, limit: float = 20.0) -> None:
+    async def _quiesce(self, t: Target) -> None:
         """Waits until `t` has stopped working off a backlog (its CPU use falls below 10 %)."""
-        deadline = time.monotonic() + limit
+        deadline = time.monotonic() + self.plan.quiesce_s
         t.server.refresh_pids()
         while time.monotonic() < deadline:
             c0 = t.server.cpu()
@@ -361,11 +361,13 @@ class Bench:
         rate: int,
         duration: float,
         round_: int,
-        timeout: float = 5.0,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         t.server.refresh_pids()
         cpu0 = t.server.cpu()
-        results, t0 = await open_loop(t.pool, raw, rate, duration, timeout=timeout)
+        results, t0 = await open_loop(
+            t.pool, raw, rate, duration, timeout=timeout or self.plan.timeout_s
+        )
         await asyncio.sleep(0.3)  # deferred work: audit completions, counters
         cpu = t.server.cpu() - cpu0
         point = {
@@ -380,75 +382,8 @@ class Bench:
             "loadavg_1m": os.getloadavg()[0],
         }
         self.points.append(point)
-        self.unary.setdefault((scenario, t.name, rate), []).append(results)
         await self._quiesce(t)
         return point
-
-    def _pooled(self, scenario: str, name: str, rate: int) -> dict[str, Any] | None:
-        runs = self.unary.get((scenario, name, rate))
-        if not runs:
-            return None
-        ok = [r.latency * 1000 for run in runs for r in run if r.ok]
-        total = sum(len(run) for run in runs)
-        mine = [
-            p
-            for p in self.points
-            if p["scenario"] == scenario and p["target"] == name and p["rate"] == rate
-        ]
-        return {
-            "p50_ms": percentile(ok, 50),
-            "p99_ms": percentile(ok, 99),
-            "error_rate": (total - len(ok)) / total if total else 1.0,
-            "achieved_ratio": statistics.median(p.get("achieved_ratio", 0.0) for p in mine),
-            "cpu_us_per_request": statistics.median(p["cpu_us_per_request"] for p in mine),
-        }
-
-    def added(self, scenario: str, name: str, rate: int) -> dict[str, float] | None:
-        """Gateway minus direct at the same offered rate: per-round differences, then median;
-        and the pooled difference used for the sustained-rate test."""
-        gw = self._pooled(scenario, name, rate)
-        base = self._pooled(scenario, DIRECT, rate)
-        if gw is None or base is None:
-            return None
-        per_round: dict[str, list[float]] = {"p50": [], "p99": []}
-        for p in self.points:
-            if p["scenario"] != scenario or p["target"] != name or p["rate"] != rate:
-                continue
-            d = next(
-                (
-                    q
-                    for q in self.points
-                    if q["scenario"] == scenario
-                    and q["target"] == DIRECT
-                    and q["rate"] == rate
-                    and q["round"] == p["round"]
-                ),
-                None,
-            )
-            if d is not None:
-                per_round["p50"].append(p["p50_ms"] - d["p50_ms"])
-                per_round["p99"].append(p["p99_ms"] - d["p99_ms"])
-        return {
-            "added_p50_ms": statistics.median(per_round["p50"])
-            if per_round["p50"]
-            else gw["p50_ms"] - base["p50_ms"],
-            "added_p99_ms": statistics.median(per_round["p99"])
-            if per_round["p99"]
-            else gw["p99_ms"] - base["p99_ms"],
-            "pooled_added_p99_ms": gw["p99_ms"] - base["p99_ms"],
-            "error_rate": gw["error_rate"],
-            "achieved_ratio": gw["achieved_ratio"],
-            "cpu_us_per_request": gw["cpu_us_per_request"],
-        }
-
-    def sustained(self, name: str, rate: int) -> bool:
-        a = self.added("sweep", name, rate)
-        return (
-            a is not None
-            and a["achieved_ratio"] >= MIN_ACHIEVED
-            and a["error_rate"] < MAX_ERROR_RATE
-            and a["pooled_added_p99_ms"] <= MAX_ADDED_P99_MS
-        )
 
     async def sweep(self) -> dict[str, dict[str, Any]]:
         """Non-streaming requests at rising fixed rates until each gateway fails the test."""
@@ -474,16 +409,18 @@ class Bench:
             for name in names:
                 if name not in running:
                     continue
-                if self.sustained(name, rate):
+                if figures.sustained_at(self.points, name, rate):
                     best[name] = rate
                 else:
                     failed_at[name] = rate
                     running.remove(name)
         if plan.bisect:
+            # One more point between the last rate that held and the first that did not; below
+            # the lowest rate when even that failed (a busy shared machine).
             for name, fail in failed_at.items():
                 low = best[name] or 0
-                mid = int(round((low + fail) / 2 / 10) * 10)
-                if low == 0 or mid <= low or mid >= fail:
+                mid = int(round((low + fail) / 2 / 5) * 5)
+                if mid <= low or mid >= fail or mid < 5:
                     continue
                 for round_ in range(1, plan.rounds + 1):
                     for n in (DIRECT, name):
@@ -491,7 +428,7 @@ class Bench:
                             self.targets[n], "sweep", raw[n], mid, plan.step_s, round_
                         )
                         _print_step(p)
-                if self.sustained(name, mid):
+                if figures.sustained_at(self.points, name, mid):
                     best[name] = mid
                 else:
                     failed_at[name] = mid
@@ -507,7 +444,7 @@ class Bench:
                 t.server.refresh_pids()
                 cpu0 = t.server.cpu()
                 results, _ = await closed_loop(
-                    t.pool, raw, conc, plan.stream_s, stream=True, timeout=20
+                    t.pool, raw, conc, plan.stream_s, stream=True, timeout=4 * plan.timeout_s
                 )
                 cpu = t.server.cpu() - cpu0
                 point = {
@@ -683,70 +620,7 @@ class Bench:
         load_start: tuple[float, float, float],
         load_end: tuple[float, float, float],
     ) -> dict[str, Any]:
-        figures: dict[str, dict[str, Any]] = {}
-        rate = self.plan.fixed_rate
-        for name in GATEWAYS:
-            if name not in self.targets:
-                continue
-            t = self.targets[name]
-            f: dict[str, Any] = {}
-            a = self.added("sweep", name, rate)
-            if a is not None:
-                f.update(
-                    {
-                        f"added_p50_ms_at_{rate}": a["added_p50_ms"],
-                        f"added_p99_ms_at_{rate}": a["added_p99_ms"],
-                        f"error_rate_at_{rate}": a["error_rate"],
-                        "cpu_us_per_request": a["cpu_us_per_request"],
-                    }
-                )
-            f.update(sustained.get(name, {}))
-            sweep_points = [
-                p for p in self.points if p["scenario"] == "sweep" and p["target"] == name
-            ]
-            best = f.get("max_sustained_rps") or 0
-            below = [p for p in sweep_points if p["rate"] <= best]
-            if below:
-                f["error_rate_up_to_sustained"] = sum(p["errors"] for p in below) / sum(
-                    p["requests"] for p in below
-                )
-            for conc in self.plan.stream_concurrency:
-                s = self._point("stream", name, concurrency=conc)
-                d = self._point("stream", DIRECT, concurrency=conc)
-                if s and d:
-                    f[f"stream_c{conc}"] = {
-                        "added_ttft_p50_ms": s["ttft_p50_ms"] - d["ttft_p50_ms"],
-                        "added_ttft_p99_ms": s["ttft_p99_ms"] - d["ttft_p99_ms"],
-                        "coalesced_streams": s["coalesced_streams"],
-                        "ok_streams": s["ok"],
-                        "chunks_received_min": s["chunks_received_min"],
-                        "gap_p99_ms": s["gap_p99_ms"],
-                        "direct_gap_p99_ms": d["gap_p99_ms"],
-                        "error_rate": s["error_rate"],
-                    }
-            f["memory"] = {
-                "idle_mib": t.idle.get("rss_mib"),
-                "peak_mib": max((m for _, m in t.rss_samples), default=None),
-                "soak_slope_mib_per_min": (self._point("soak", name) or {}).get(
-                    "rss_slope_mib_per_min"
-                ),
-            }
-            f["idle_cpu_pct"] = t.idle.get("cpu_pct")
-            for scenario in ("large-prompt", "anthropic"):
-                g = self._point(scenario, name)
-                d = self._point(scenario, DIRECT)
-                if g and d:
-                    f[scenario] = {
-                        "added_p50_ms": g["p50_ms"] - d["p50_ms"],
-                        "added_p99_ms": g["p99_ms"] - d["p99_ms"],
-                        "cpu_us_per_request": g["cpu_us_per_request"],
-                        "error_rate": g["error_rate"],
-                    }
-            dis = self._point("disconnect", name)
-            if dis:
-                f["disconnect"] = {k: v for k, v in dis.items() if k not in ("scenario", "target")}
-            figures[name] = f
-        return {
+        data: dict[str, Any] = {
             "meta": {
                 "mode": "short" if self.plan.short else "full",
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
@@ -763,20 +637,27 @@ class Bench:
                 "litellm": targets.litellm_env.LITELLM,
                 "plan": self.plan.__dict__,
                 "skipped": self.skipped,
+                "sweep_decisions": sustained,
                 "notes": self.notes,
                 "criteria": {
-                    "min_achieved_ratio": MIN_ACHIEVED,
-                    "max_error_rate": MAX_ERROR_RATE,
-                    "max_added_p99_ms": MAX_ADDED_P99_MS,
+                    "min_achieved_ratio": figures.MIN_ACHIEVED,
+                    "max_error_rate": figures.MAX_ERROR_RATE,
+                    "max_added_p99_ms": figures.MAX_ADDED_P99_MS,
                 },
             },
             "targets": {
-                n: {"port": t.port, **t.server.info, "idle": t.idle}
+                n: {
+                    "port": t.port,
+                    **t.server.info,
+                    "idle": t.idle,
+                    "rss_peak_mib": max((m for _, m in t.rss_samples), default=None),
+                }
                 for n, t in self.targets.items()
             },
-            "figures": figures,
             "points": self.points,
         }
+        data["figures"] = figures.figures(data)
+        return data
 
     def _point(self, scenario: str, name: str, **match: Any) -> dict[str, Any] | None:
         for p in self.points:
@@ -837,6 +718,24 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def write(data: dict[str, Any], stem: str) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(_clean(data), indent=1) + "\n")
+    (RESULTS / f"{stem}.md").write_text(report.markdown(_clean(data)))
+    print(f"wrote {RESULTS / stem}.json and .md", flush=True)
+
+
+def rerender(path: Path) -> int:
+    """Re-derives the figures and the report of a results file from its points."""
+    data = json.loads(path.read_text())
+    for name, f in data.get("figures", {}).items():
+        peak = (f.get("memory") or {}).get("peak_mib")
+        data["targets"].get(name, {}).setdefault("rss_peak_mib", peak)
+    data["figures"] = figures.figures(data)
+    write(data, path.stem)
+    return 0
+
+
 async def main(short: bool) -> int:
     with contextlib.suppress(OSError, AttributeError):
         os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
@@ -846,11 +745,6 @@ async def main(short: bool) -> int:
         data = await bench.run()
     finally:
         await bench.close()
-    data = _clean(data)
-    stem = "overhead-short" if short else "overhead"
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (RESULTS / f"{stem}.md").write_text(report.markdown(data))
-    print(report.markdown(data))
-    print(f"wrote {RESULTS / stem}.json and .md", flush=True)
+    print(report.markdown(_clean(data)))
+    write(data, "overhead-short" if short else "overhead")
     return 0

@@ -175,7 +175,11 @@ async def start_mock(workdir: Path) -> Server:
         env={"PYTHONPATH": str(REPO)},
     )
     server = Server("mock", port, proc, log)
-    await _wait_ready(server, "/health", 30)
+    try:
+        await _wait_ready(server, "/health", 30)
+    except BaseException:
+        await server.stop()
+        raise
     return server
 
 
@@ -250,6 +254,24 @@ async def _pg_execute(sql: str) -> None:
         await conn.close()
 
 
+async def pg_transactions(database: str) -> int:
+    """Commits plus rollbacks so far in `database`: a count that, unlike CPU time on a shared
+    machine, does not depend on the neighbours. A backend publishes its counts when it goes
+    idle, up to about 10 s late, so callers read after a quiet spell."""
+    import asyncpg
+
+    conn = await asyncpg.connect(PG_DSN + "/postgres", timeout=10)
+    try:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = await conn.fetchrow(
+            "SELECT xact_commit + xact_rollback AS n FROM pg_stat_database WHERE datname = $1",
+            database,
+        )
+    finally:
+        await conn.close()
+    return int(row["n"]) if row else 0
+
+
 async def _redis_delete(prefix: str) -> int:
     from redis.asyncio import Redis
 
@@ -305,7 +327,11 @@ async def start_mindrouter(
             await _redis_delete(redis_prefix)
 
         cleanup.append(drop_keys)
-        info.update(database="postgresql (fresh database, dropped afterwards)", redis=REDIS_URL)
+        info.update(
+            database="postgresql (fresh database, dropped afterwards)",
+            database_name=db,
+            redis=REDIS_URL,
+        )
     else:
         database_url = f"sqlite+aiosqlite:///{workdir / 'bare.db'}"
         info.update(database="sqlite", redis=None)
