@@ -108,7 +108,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         "audit writer: SQLAlchemy + asyncpg/aiosqlite",
         ("AuditWriter", "asyncpg/", "sqlalchemy/", "aiosqlite/"),
     ),
-    ("limit store: redis-py", ("redis/", "mindrouter/stores/limits")),
+    ("limit store: redis-py or in-memory", ("redis/", "mindrouter/stores/limits")),
     ("upstream call: aiohttp client + adapter", ("aiohttp/", "mindrouter/backends/")),
     ("authentication", ("mindrouter/identity/",)),
     ("fair gate / scheduling", ("mindrouter/scheduling/",)),

@@ -398,6 +398,9 @@ async def start_litellm(mock_port: int, workdir: Path) -> Server:
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         "LITELLM_TELEMETRY": "False",
         "DISABLE_ADMIN_UI": "True",
+        # Its /v1/messages would otherwise translate to OpenAI's Responses API, which neither
+        # the mock nor most OpenAI-compatible engines serve; MindRouter uses chat completions.
+        "LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES": "True",
     }
     for var in ("DATABASE_URL", "REDIS_HOST", "REDIS_URL"):
         env[var] = None

@@ -35,8 +35,9 @@ from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import BackendState, Catalog, ModelSpec
-from mindrouter.scheduling import CapacityGate, FairQueue, InMemoryFairShareState
+from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMemoryFairShareState
 from mindrouter.settings import Settings
+from mindrouter.stores.fairshare import RedisFairShareState
 from mindrouter.stores.limits import (
     LimitStore,
     MemoryLimitStore,
@@ -127,6 +128,7 @@ class Runtime:
     usage: UsageSync
     adapters: dict[str, EngineAdapter]
     monitor: BackendMonitor
+    fairshare: RedisFairShareState | None = None
 
 
 def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
@@ -175,7 +177,16 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     metrics = Metrics()
     limits = build_limits(settings, metrics)
     usage = UsageSync(stores.usage, limits, interval=settings.usage_flush_s)
-    gate = CapacityGate(FairQueue(InMemoryFairShareState()))
+    # With Redis the fair-share counters are shared by every process and replica.
+    shared_fairshare = (
+        RedisFairShareState.from_url(
+            settings.redis_url, settings.redis_prefix, settings.fairshare_sync_s
+        )
+        if settings.redis_url
+        else None
+    )
+    fairshare: FairShareState = shared_fairshare or InMemoryFairShareState()
+    gate = CapacityGate(FairQueue(fairshare))
     services = Services(
         catalog=catalog,
         adapters=adapters,
@@ -202,7 +213,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         ],
         interval=settings.health_interval_s,
     )
-    runtime = Runtime(stores, authenticator, limits, usage, adapters, monitor)
+    runtime = Runtime(stores, authenticator, limits, usage, adapters, monitor, shared_fairshare)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -210,6 +221,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         await authenticator.start()
         await usage.start()
         await monitor.start()
+        if shared_fairshare is not None:
+            await shared_fairshare.start()
         try:
             yield
         finally:
@@ -286,6 +299,7 @@ async def _shutdown(rt: Runtime) -> None:
         rt.monitor.stop,
         rt.authenticator.stop,
         rt.usage.stop,
+        *([rt.fairshare.stop] if rt.fairshare is not None else []),
         rt.limits.close,
         *[a.aclose for a in rt.adapters.values()],
         rt.stores.aclose,

@@ -83,6 +83,7 @@ class Settings:
     redis_unavailable: Literal["fail_closed", "fail_open"] = "fail_closed"
     trusted_proxies: list[str] = field(default_factory=list)
     usage_flush_s: float = 30.0
+    fairshare_sync_s: float = 0.05
     health_interval_s: float = 10.0
     breaker_threshold: int = 3
     breaker_cooldown_s: float = 30.0
@@ -225,6 +226,9 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     s.usage_flush_s = _get(raw, "usage_flush_s", float, "", s.usage_flush_s)
     if not 0 < s.usage_flush_s <= 60:
         raise ConfigError("usage_flush_s: between 0 and 60 seconds")
+    s.fairshare_sync_s = _get(raw, "fairshare_sync_s", float, "", s.fairshare_sync_s)
+    if not 0 < s.fairshare_sync_s <= 1:
+        raise ConfigError("fairshare_sync_s: between 0 and 1 second")
     s.health_interval_s = _get(raw, "health_interval_s", float, "", s.health_interval_s)
     s.breaker_threshold = _get(raw, "breaker_threshold", int, "", s.breaker_threshold)
     s.breaker_cooldown_s = _get(raw, "breaker_cooldown_s", float, "", s.breaker_cooldown_s)
