@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -210,6 +211,7 @@ async def profile(ns: argparse.Namespace) -> Path:
     finally:
         for server in reversed(servers):
             await server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     stats = run.unary_summary(results, t0, ns.rate)
     stats["cpu_us_per_request"] = cpu / len(results) * 1e6
     stats["threads_us_per_request"] = {
@@ -305,7 +307,8 @@ async def compare(ns: argparse.Namespace) -> Path:
         # meanwhile (the auth epoch poll) from an idle window of the same length.
         xact_a = await _pg_counts(gws)
         t_a = time.monotonic()
-        await asyncio.sleep(PG_SETTLE_S)
+        if xact_a:
+            await asyncio.sleep(PG_SETTLE_S)
         xact_b = await _pg_counts(gws)
         idle_rate = {
             v: (xact_b[v] - xact_a[v]) / (time.monotonic() - t_a) for v in xact_b if v in xact_a
@@ -330,7 +333,8 @@ async def compare(ns: argparse.Namespace) -> Path:
                     flush=True,
                 )
                 await asyncio.sleep(1.0)
-        await asyncio.sleep(PG_SETTLE_S)
+        if xact_b:
+            await asyncio.sleep(PG_SETTLE_S)
         xact_c = await _pg_counts(gws)
         elapsed = time.monotonic() - t_b
         for v in names:
@@ -344,6 +348,7 @@ async def compare(ns: argparse.Namespace) -> Path:
     finally:
         for server in reversed(servers):
             await server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     path = run.RESULTS / f"overhead-variants-{ns.profile}.md"
     path.write_text(_compare_report(ns, names, rows, load))
     print(path.read_text())
@@ -351,6 +356,10 @@ async def compare(ns: argparse.Namespace) -> Path:
 
 
 PG_SETTLE_S = 12.0
+
+
+def _fmt(value: float) -> str:
+    return "–" if value != value else f"{value:.2f}"
 
 
 async def _pg_counts(gws: dict[str, run.Target]) -> dict[str, int]:
@@ -369,7 +378,9 @@ def _compare_report(
     load: list[float],
 ) -> str:
     def med(v: str, key: str) -> float:
-        values = [r[key] for r in rows[v] if r.get(key) == r.get(key)]
+        values = [
+            r[key] for r in rows[v] if isinstance(r.get(key), int | float) and r[key] == r[key]
+        ]
         return statistics.median(values) if values else float("nan")
 
     base = med(names[0], "cpu_us_per_request")
@@ -389,7 +400,7 @@ def _compare_report(
         cpu = med(v, "cpu_us_per_request")
         lines.append(
             f"| {v} | {cpu:.0f} | {(cpu - base) / base:+.1%} | "
-            f"{med(v, 'pg_xact_per_request'):.2f} | {med(v, 'p50_ms'):.2f} | "
+            f"{_fmt(med(v, 'pg_xact_per_request'))} | {med(v, 'p50_ms'):.2f} | "
             f"{med(v, 'p99_ms'):.2f} | {sum(r['errors'] for r in rows[v])} |"
         )
     lines += ["", "Per round (CPU µs/request):", ""]

@@ -156,7 +156,8 @@ def _targets(figs: dict[str, Any], rate: int, conc: int, meta: dict[str, Any]) -
         (f"added p99 ≤ 5 ms at {rate} RPS", _num(p99), None if p99 is None else p99 <= 5),
         (
             "sustained RPS ≥ 5× LiteLLM's",
-            f"{_num(mine)} vs {_num(theirs)} ({_num(ratio)}×)",
+            f"{_cell(gov, 'max_sustained_rps', 0)} vs {_cell(peer, 'max_sustained_rps', 0)}"
+            + (f" ({ratio:.2f}×)" if ratio else ""),
             None if ratio is None else ratio >= 5,
         ),
         (

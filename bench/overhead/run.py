@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -669,11 +670,17 @@ class Bench:
                 return p
         return None
 
-    async def close(self) -> None:
+    async def close(self, keep_logs: bool = False) -> None:
         for t in self.targets.values():
             t.pool.close()
         for server in reversed(self.servers):
             await server.stop()
+        workdir = getattr(self, "workdir", None)
+        if workdir is not None:
+            if keep_logs:
+                print(f"logs kept in {workdir}", flush=True)
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _slope(samples: list[tuple[float, float]]) -> float:
@@ -741,10 +748,13 @@ async def main(short: bool) -> int:
         os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
     plan = Plan.quick() if short else Plan.full()
     bench = Bench(plan)
+    ok = False
     try:
         data = await bench.run()
+        ok = True
     finally:
-        await bench.close()
+        # The servers' logs are worth keeping only when something went wrong.
+        await bench.close(keep_logs=not ok)
     print(report.markdown(_clean(data)))
     write(data, "overhead-short" if short else "overhead")
     return 0
