@@ -260,12 +260,13 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.add_route("/metrics", prometheus, methods=["GET"], include_in_schema=False)
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.add_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
-    app.include_router(admin_router(stores, authenticator))
-    app.router.routes.extend(usage_routes(gateway, stores))
-    app.router.routes.extend(routing_admin_routes(gateway))
+    # The inference routes first: routes are matched in order, and these are the hot ones.
     app.router.routes.extend(openai_routes(gateway, settings))
     app.router.routes.extend(anthropic_routes(gateway, settings))
     app.router.routes.extend(ollama_routes(gateway, settings))
+    app.router.routes.extend(usage_routes(gateway, stores))
+    app.router.routes.extend(routing_admin_routes(gateway))
+    app.include_router(admin_router(stores, authenticator))
     return app
 
 

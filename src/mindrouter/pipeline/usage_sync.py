@@ -36,6 +36,7 @@ class UsageSync:
         self._limits = limits
         self._interval = interval
         self._seeded: set[int] = set()
+        self._seeding: dict[int, asyncio.Future[None]] = {}
         # (user, period start) -> [tokens, time of the last charge]: charges of different periods
         # stay apart, so each lands in its own period in the database.
         self._pending: dict[tuple[int, float], list[float]] = {}
@@ -44,6 +45,15 @@ class UsageSync:
     async def ensure_seeded(self, user_id: int) -> None:
         if user_id in self._seeded:
             return
+        # One load per user even when a burst of their first requests arrives at once.
+        task = self._seeding.get(user_id)
+        if task is None:
+            task = asyncio.ensure_future(self._seed(user_id))
+            self._seeding[user_id] = task
+            task.add_done_callback(lambda _: self._seeding.pop(user_id, None))
+        await asyncio.shield(task)
+
+    async def _seed(self, user_id: int) -> None:
         counters = await self._ledger.get_usage(user_id)
         if counters.period_start is not None:
             await self._limits.seed(
