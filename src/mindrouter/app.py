@@ -37,6 +37,7 @@ from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import BackendState, Catalog, ModelSpec
 from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMemoryFairShareState
 from mindrouter.settings import Settings
+from mindrouter.stores.breakers import SharedBreakers
 from mindrouter.stores.fairshare import RedisFairShareState
 from mindrouter.stores.limits import (
     LimitStore,
@@ -129,6 +130,7 @@ class Runtime:
     adapters: dict[str, EngineAdapter]
     monitor: BackendMonitor
     fairshare: RedisFairShareState | None = None
+    breakers: SharedBreakers | None = None
 
 
 def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
@@ -187,6 +189,17 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     )
     fairshare: FairShareState = shared_fairshare or InMemoryFairShareState()
     gate = CapacityGate(FairQueue(fairshare))
+    # So are the circuit breakers; the half-open probe may outlast the longest attempt.
+    breakers = (
+        SharedBreakers.from_url(
+            settings.redis_url,
+            catalog.backends,
+            settings.redis_prefix,
+            probe_lease=settings.timeouts.total + 10.0,
+        )
+        if settings.redis_url
+        else None
+    )
     services = Services(
         catalog=catalog,
         adapters=adapters,
@@ -198,6 +211,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         metrics=metrics,
         max_attempts=settings.max_attempts,
         capacity_wait=settings.capacity_wait_s,
+        breakers=breakers,
     )
     gateway = Gateway(services)
     metrics.watch(
@@ -213,7 +227,9 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         ],
         interval=settings.health_interval_s,
     )
-    runtime = Runtime(stores, authenticator, limits, usage, adapters, monitor, shared_fairshare)
+    runtime = Runtime(
+        stores, authenticator, limits, usage, adapters, monitor, shared_fairshare, breakers
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -223,6 +239,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         await monitor.start()
         if shared_fairshare is not None:
             await shared_fairshare.start()
+        if breakers is not None:
+            await breakers.start()
         try:
             yield
         finally:
@@ -301,6 +319,7 @@ async def _shutdown(rt: Runtime) -> None:
         rt.authenticator.stop,
         rt.usage.stop,
         *([rt.fairshare.stop] if rt.fairshare is not None else []),
+        *([rt.breakers.stop] if rt.breakers is not None else []),
         rt.limits.close,
         *[a.aclose for a in rt.adapters.values()],
         rt.stores.aclose,

@@ -116,3 +116,79 @@ def test_zero_cooldown_goes_straight_to_half_open() -> None:
     assert b.state(T0) == "half_open"
     b.on_attempt(T0)
     assert b.state(T0) == "open"
+
+
+# -- the events kept for sharing with other processes ---------------------------------------------
+
+
+def shared() -> Breaker:
+    b = Breaker(threshold=3, cooldown=30)
+    b.share()
+    return b
+
+
+def test_an_unshared_breaker_records_nothing() -> None:
+    b = Breaker()
+    b.on_failure(T0)
+    b.on_success()
+    assert b.unsent is None
+
+
+def test_events_fold_into_a_reset_and_the_failures_after_it() -> None:
+    b = shared()
+    b.on_failure(T0)
+    b.on_failure(T0)
+    b.on_success()
+    b.on_failure(T0)
+    taken = b.take_unsent()
+    assert (taken.reset, taken.failures) == (True, 1)
+    assert not b.unsent  # recording starts afresh
+    # Successes of a healthy breaker are not worth telling anyone.
+    b.on_success()
+    b.take_unsent()
+    b.on_success()
+    assert not b.unsent
+
+
+def test_events_given_back_go_before_the_later_ones() -> None:
+    b = shared()
+    b.on_failure(T0)
+    first = b.take_unsent()
+    b.on_failure(T0)
+    b.give_back(first)
+    assert b.unsent is not None and (b.unsent.reset, b.unsent.failures) == (False, 2)
+    b.on_success()
+    first = b.take_unsent()
+    b.on_failure(T0)
+    b.give_back(first)
+    assert (b.unsent.reset, b.unsent.failures) == (True, 1)
+
+
+def test_adopting_the_shared_state_replays_what_happened_here_since() -> None:
+    b = shared()
+    b.adopt(failures=3, open_in=10.0, probing=False, opened_total=4, now=T0)
+    assert (b.state(T0), b.open_until, b.opened_total) == ("open", T0 + 10, 4)
+    assert b.state(T0 + 10) == "half_open"
+    # A failure here while the exchange was in flight is counted on top of what came back.
+    b.on_success()
+    b.take_unsent()
+    b.on_failure(T0)
+    b.on_failure(T0)
+    b.adopt(failures=0, open_in=0.0, probing=False, opened_total=4, now=T0)
+    assert (b.failures, b.state(T0)) == (2, "closed")
+    b.on_failure(T0)
+    b.adopt(failures=1, open_in=0.0, probing=False, opened_total=4, now=T0)
+    assert (b.failures, b.state(T0), b.opened_total) == (4, "open", 5)
+
+
+def test_a_probe_elsewhere_keeps_this_process_out_and_its_own_survives_adoption() -> None:
+    b = shared()
+    b.adopt(failures=3, open_in=0.0, probing=True, opened_total=1, now=T0)
+    assert b.state(T0) == "open"  # another process is probing
+    b.adopt(failures=3, open_in=0.0, probing=False, opened_total=1, now=T0)
+    assert b.state(T0) == "half_open"
+    b.on_attempt(T0)
+    b.adopt(failures=3, open_in=0.0, probing=False, opened_total=1, now=T0)
+    assert b.state(T0) == "open" and b.probe_here
+    b.on_abandoned()
+    assert b.unsent is not None and b.unsent.release_probe

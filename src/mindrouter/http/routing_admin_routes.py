@@ -36,6 +36,8 @@ def backend_view(b: BackendState, now: float) -> dict[str, Any]:
             "consecutive_failures": b.breaker.failures,
             "reopens_in_s": max(0.0, b.breaker.open_until - now) or None,
             "opened_total": b.breaker.opened_total,
+            # Shared: the state is kept in step with every other gateway process through Redis.
+            "shared": b.breaker.unsent is not None,
         },
         "last_error": b.last_error,
     }

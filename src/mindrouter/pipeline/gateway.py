@@ -180,6 +180,8 @@ class Gateway:
     ) -> T:
         last: UpstreamError | None = None
         for backend, upstream in self._plan(spec):
+            if not await self._may_try(backend):
+                continue
             self._start_attempt(ctx, flight, backend)
             adapter = self.adapters[backend.name]
             try:
@@ -196,8 +198,7 @@ class Gateway:
                 raise
             backend.breaker.on_success()
             return result
-        assert last is not None
-        raise last
+        raise last or self._all_refused(spec)
 
     async def _fit(self, flight: Flight, req: R, upstream: str, adapter: EngineAdapter) -> R:
         """The request as this backend gets it: its model name, and its output fitted."""
@@ -207,6 +208,26 @@ class Gateway:
         fitted = await fit_context(named, flight.spec, flight.est_input, adapter)
         assert isinstance(fitted, type(named))
         return fitted
+
+    async def _may_try(self, backend: BackendState) -> bool:
+        """Whether an attempt may go to `backend` now: always while its breaker is closed; in
+        half-open state only as the one probe, claimed here (and, shared, across processes)."""
+        breaker = backend.breaker
+        now = self.s.clock()
+        state = breaker.state(now)
+        if state != "half_open":
+            return state == "closed"
+        breaker.on_attempt(now)
+        if self.s.breakers is None:
+            return True
+        return await self.s.breakers.claim_probe(backend)
+
+    @staticmethod
+    def _all_refused(spec: ModelSpec) -> Overloaded:
+        return Overloaded(
+            f"every backend serving model '{spec.name}' is failing (circuit breaker open); "
+            "try again shortly"
+        )
 
     def _start_attempt(self, ctx: RequestContext, flight: Flight, backend: BackendState) -> None:
         flight.take(backend)
@@ -220,6 +241,8 @@ class Gateway:
 
     def _attempt_failed(self, backend: BackendState, exc: UpstreamError) -> None:
         backend.breaker.on_failure(self.s.clock())
+        if self.s.breakers is not None:
+            self.s.breakers.changed()
         backend.last_error = exc.message
         log.warning("backend attempt failed", backend=backend.name, error=exc.message)
 
@@ -232,6 +255,8 @@ class Gateway:
         try:
             last: UpstreamError | None = None
             for backend, upstream in self._plan(spec):
+                if not await self._may_try(backend):
+                    continue
                 self._start_attempt(ctx, flight, backend)
                 adapter = self.adapters[backend.name]
                 try:
@@ -261,8 +286,7 @@ class Gateway:
                     return self._relay(ctx, flight, req.model, first, events)
                 await events.aclose()
                 self._attempt_failed(backend, last)
-            assert last is not None
-            raise last
+            raise last or self._all_refused(spec)
         except BaseException as exc:
             cancelled = isinstance(exc, asyncio.CancelledError)
             err = exc if isinstance(exc, MindRouterError) else None

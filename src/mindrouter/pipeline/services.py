@@ -11,7 +11,7 @@ from mindrouter.backends.base import EngineAdapter
 from mindrouter.identity.principal import Principal
 from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.usage_sync import UsageSync
-from mindrouter.routing.catalog import Catalog
+from mindrouter.routing.catalog import BackendState, Catalog
 from mindrouter.scheduling import CapacityGate
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
 from mindrouter.stores.limits import LimitStore
@@ -27,6 +27,14 @@ class AuditSink(Protocol):
     def complete(self, uuid: str, outcome: AuditOutcome) -> None: ...
 
 
+class SharedBreakers(Protocol):
+    """The circuit breakers' link to the other gateway processes (absent with one process)."""
+
+    async def claim_probe(self, backend: BackendState) -> bool: ...
+
+    def changed(self) -> None: ...
+
+
 @dataclass(slots=True)
 class Services:
     catalog: Catalog
@@ -39,5 +47,6 @@ class Services:
     metrics: Metrics = field(default_factory=Metrics)
     max_attempts: int = 3
     capacity_wait: float = 150.0
+    breakers: SharedBreakers | None = None
     clock: Callable[[], float] = field(default=time.monotonic)
     wall: Callable[[], float] = field(default=time.time)

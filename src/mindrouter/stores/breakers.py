@@ -1,0 +1,299 @@
+"""Circuit breakers shared through Redis by every gateway process and replica.
+
+The breaker (`mindrouter.routing.breaker`) is read synchronously on every request, so it cannot
+wait for a network: each process keeps its own copy of every backend's breaker and a background
+task exchanges with Redis every `interval` (default 100 ms), at once after a failure. One Lua
+script per exchange pushes what happened here since the last one (a success's reset, then the
+failures counted after it) and returns the merged state of every backend. Pushing events, not
+values, lets failures from several processes add up: three failures spread over three replicas
+open the breaker everywhere, and a success anywhere closes it everywhere.
+
+The probe. In half-open state exactly one request in the whole deployment may go to the
+backend. That one moment waits for Redis: `claim_probe` sets a lease on the backend's state
+(`probe_until`, default 190 s: longer than an attempt may take) atomically; every other process
+sees the probe running and keeps out. The probe's verdict (a success resets, a failure reopens)
+or its abandonment (the client left) clears the lease; a process that dies while probing leaves
+it to expire.
+
+Times are Redis's own (`TIME` inside the scripts), so processes with different clocks agree on
+when a cooldown ends; each process turns "open for another N s" into its own monotonic clock.
+
+Redis unreachable: the breakers work per process, as without Redis; events are kept and pushed
+when Redis answers again, and a probe is claimed locally. An exchange whose reply was lost may
+have been applied: its events are pushed again, so a failure may count twice (the breaker opens
+one failure early), never a success missed.
+
+Keys: `{prefix}breaker:{backend}`, a hash (failures, open_until, probe_until, opened), kept for a
+day after its last change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+
+from redis import exceptions as redis_errors
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from mindrouter.observability.logging import log
+from mindrouter.routing.breaker import Unsent
+from mindrouter.routing.catalog import BackendState
+
+DEFAULT_INTERVAL = 0.1
+DEFAULT_PROBE_LEASE = 190.0
+_TTL_S = 86_400
+
+# KEYS: one hash per backend. ARGV: threshold, cooldown, ttl, then per key (reset, failures,
+# release). Reply: per key failures, seconds until the cooldown ends, probing (0/1), openings,
+# as strings (Lua numbers would be truncated to integers).
+_EXCHANGE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local threshold, cooldown, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {}
+for i, key in ipairs(KEYS) do
+  local a = 3 + (i - 1) * 3
+  local reset, fails, release = ARGV[a + 1] == '1', tonumber(ARGV[a + 2]), ARGV[a + 3] == '1'
+  local h = redis.call('HMGET', key, 'failures', 'open_until', 'probe_until', 'opened')
+  local failures, open_until = tonumber(h[1]) or 0, tonumber(h[2]) or 0
+  local probe_until, opened = tonumber(h[3]) or 0, tonumber(h[4]) or 0
+  if reset then failures, open_until, probe_until = 0, 0, 0 end
+  if release then probe_until = 0 end
+  if fails > 0 then
+    local before = failures
+    failures = failures + fails
+    probe_until = 0
+    if failures >= threshold then
+      if before < threshold or now >= open_until then opened = opened + 1 end
+      open_until = now + cooldown
+    end
+  end
+  if reset or release or fails > 0 then
+    redis.call('HSET', key, 'failures', failures, 'open_until', string.format('%.6f', open_until),
+      'probe_until', string.format('%.6f', probe_until), 'opened', opened)
+    redis.call('EXPIRE', key, ttl)
+  end
+  local probing = 0
+  if probe_until > now then probing = 1 end
+  out[#out + 1] = tostring(failures)
+  out[#out + 1] = string.format('%.6f', open_until - now)
+  out[#out + 1] = tostring(probing)
+  out[#out + 1] = tostring(opened)
+end
+return out
+"""
+
+# KEYS[1]: the backend's hash. ARGV: threshold, lease, ttl. Reply 1: the caller may send (the
+# probe is its own, or the breaker is closed after all); 0: open, or another probe is running.
+_CLAIM = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local h = redis.call('HMGET', KEYS[1], 'failures', 'open_until', 'probe_until')
+local failures, open_until = tonumber(h[1]) or 0, tonumber(h[2]) or 0
+local probe_until = tonumber(h[3]) or 0
+if failures < tonumber(ARGV[1]) then return 1 end
+if now < open_until or probe_until > now then return 0 end
+redis.call('HSET', KEYS[1], 'probe_until', string.format('%.6f', now + tonumber(ARGV[2])))
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
+"""
+
+
+class BreakersUnavailable(Exception):
+    """Redis did not complete an exchange or a claim."""
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class SharedBreakers:
+    """The breakers of `backends`, kept in step with every other process through Redis."""
+
+    def __init__(
+        self,
+        client: Redis,
+        backends: Sequence[BackendState],
+        prefix: str = "mr:",
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        probe_lease: float = DEFAULT_PROBE_LEASE,
+        timeout: float = 1.0,
+        retry_after: float = 1.0,
+        owns_client: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not interval > 0 or not probe_lease > 0 or not timeout > 0:
+            raise ValueError("interval, probe_lease and timeout must be positive")
+        self._client = client
+        self._owns_client = owns_client
+        self._backends = list(backends)
+        self._keys = [f"{prefix}breaker:{b.name}" for b in self._backends]
+        self._key_of = dict(zip((b.name for b in self._backends), self._keys, strict=True))
+        self.interval = interval
+        self.probe_lease = probe_lease
+        self.timeout = timeout
+        self.retry_after = retry_after
+        self._clock = clock
+        self._exchange_script = client.register_script(_EXCHANGE)
+        self._claim = client.register_script(_CLAIM)
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._down_since: float | None = None
+        self.exchanges = 0
+        for b in self._backends:
+            b.breaker.share()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        backends: Sequence[BackendState],
+        prefix: str = "mr:",
+        *,
+        probe_lease: float = DEFAULT_PROBE_LEASE,
+        timeout_seconds: float = 1.0,
+    ) -> SharedBreakers:
+        """Breakers owning a client with short timeouts and no retries: a retried exchange
+        would push its failures twice."""
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=4,  # the exchange, claims of several half-open backends, stop()
+            timeout=timeout_seconds,
+            socket_connect_timeout=timeout_seconds,
+            socket_timeout=timeout_seconds,
+            retry=Retry(NoBackoff(), 0),
+        )
+        return cls(
+            Redis.from_pool(pool),
+            backends,
+            prefix,
+            probe_lease=probe_lease,
+            timeout=2 * timeout_seconds,
+            owns_client=True,
+        )
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the last exchange reached Redis."""
+        return self._down_since is None
+
+    # -- the request path ---------------------------------------------------------------------
+
+    def changed(self) -> None:
+        """Something worth telling the other processes happened (a failure): exchange now."""
+        self._wake.set()
+
+    async def claim_probe(self, backend: BackendState) -> bool:
+        """Whether this process may send the half-open probe it has just claimed locally
+        (`Breaker.on_attempt`) to `backend`: True for exactly one caller in the deployment until
+        the probe ends. While Redis is unreachable the local claim stands."""
+        b = backend.breaker
+        try:
+            async with asyncio.timeout(self.timeout):
+                granted = await self._claim(
+                    keys=[self._key_of[backend.name]],
+                    args=[b.threshold, repr(self.probe_lease), _TTL_S],
+                )
+        except (redis_errors.RedisError, OSError, TimeoutError) as exc:
+            self._degraded(f"{type(exc).__name__}: {exc}")
+            return True
+        except BaseException:
+            b.on_abandoned()  # cancelled while asking: the lease, if set, is given back
+            raise
+        if not int(granted):
+            # Another process probes (or the breaker reopened there): keep out until the next
+            # exchange says otherwise.
+            b.probe_here = False
+            b.probing = True
+            return False
+        return True
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._stopping.clear()
+            self._task = asyncio.create_task(self._run(), name="breaker-sync")
+
+    async def stop(self) -> None:
+        """Stops the exchanges, pushes what is left, and closes an owned client."""
+        task, self._task = self._task, None
+        if task is not None:
+            self._stopping.set()
+            self._wake.set()
+            _, running = await asyncio.wait({task}, timeout=self.timeout + self.interval)
+            if running:
+                task.cancel()
+                await asyncio.wait({task})
+        try:
+            await self.sync()
+        finally:
+            if self._owns_client:
+                await self._client.aclose()
+
+    async def sync(self) -> bool:
+        """One exchange: push every breaker's events, adopt the merged state. True if Redis
+        answered; errors are logged, never raised."""
+        async with self._lock:
+            taken = [b.breaker.take_unsent() for b in self._backends]
+            try:
+                reply = await self._exchange(taken)
+            except BreakersUnavailable as exc:
+                for b, events in zip(self._backends, taken, strict=True):
+                    b.breaker.give_back(events)
+                self._degraded(str(exc))
+                return False
+            now = self._clock()
+            for i, b in enumerate(self._backends):
+                failures, open_in, probing, opened = reply[4 * i : 4 * i + 4]
+                b.breaker.adopt(int(failures), float(open_in), probing == "1", int(opened), now)
+            self.exchanges += 1
+            if self._down_since is not None:
+                log.info(
+                    "circuit breakers shared through Redis again",
+                    after_s=round(self._clock() - self._down_since, 3),
+                )
+                self._down_since = None
+            return True
+
+    # -- internals ------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                ok = await self.sync()
+            except Exception as exc:  # a bug must not stop the sharing for good
+                log.error("breaker sync failed", exc_info=exc)
+                ok = False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval if ok else self.retry_after)
+
+    async def _exchange(self, taken: Sequence[Unsent]) -> list[str]:
+        if not self._backends:
+            return []
+        first = self._backends[0].breaker
+        args: list[str | int] = [first.threshold, repr(first.cooldown), _TTL_S]
+        for events in taken:
+            args += [int(events.reset), events.failures, int(events.release_probe)]
+        try:
+            async with asyncio.timeout(self.timeout):
+                reply = await self._exchange_script(keys=self._keys, args=args)
+        except (redis_errors.RedisError, OSError, TimeoutError) as exc:
+            raise BreakersUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        values = [_text(v) for v in reply]
+        if len(values) != 4 * len(self._backends):
+            raise BreakersUnavailable(f"unexpected reply of {len(values)} values from the script")
+        return values
+
+    def _degraded(self, reason: str) -> None:
+        if self._down_since is None:
+            self._down_since = self._clock()
+            log.warning("circuit breakers kept locally: Redis unreachable", reason=reason)
