@@ -246,7 +246,14 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         finally:
             await _shutdown(runtime)
 
-    app = FastAPI(title="MindRouter", version="0.1.0", lifespan=lifespan)
+    # FastAPI's OpenTelemetry bridge would look up the global providers on every request; the
+    # gateway reports through its own metrics and logs.
+    app = FastAPI(
+        title="MindRouter",
+        version="0.1.0",
+        lifespan=lifespan,
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     app.state.gateway = gateway
     app.state.settings = settings
     app.state.runtime = runtime

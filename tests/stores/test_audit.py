@@ -13,7 +13,7 @@ from mindrouter.stores.audit_records import AuditFilter, AuditOutcome, AuditStar
 from mindrouter.stores.sql import SqlStores, open_stores
 from mindrouter.stores.sql.audit_writer import AuditWriter
 
-from .conftest import FAST_HASHER, unique
+from .conftest import FAST_HASHER, SessionDatabases, unique
 
 MESSAGES = [
     {"role": "system", "content": "be brief"},
@@ -213,3 +213,58 @@ async def test_an_unreachable_database_fails_the_batch_once() -> None:
         await engine.dispose()
     assert all(isinstance(r, InternalError) for r in results)
     assert writer.attempts == 1, "a connection failure is not retried row by row"
+
+
+@pytest.mark.parametrize("engine", ["postgresql", "mariadb"])
+async def test_a_dropped_database_connection_costs_no_audit_record(
+    engine: str, session_databases: SessionDatabases
+) -> None:
+    """The audit pool does not ping before each checkout: a connection the server closed is
+    found out by the batch that uses it, and the batch goes again on a fresh one."""
+    db_url = session_databases.url(engine)
+    stores = open_stores(db_url, hasher=FAST_HASHER)
+    try:
+        await _survives_a_dropped_connection(stores, db_url)
+    finally:
+        await stores.aclose()
+
+
+async def _survives_a_dropped_connection(stores: SqlStores, db_url: str) -> None:
+    assert stores.audit_engine is not None  # its own pool, without pre-ping
+    await stores.audit.begin(start(unique("u")))  # a pooled connection now exists
+    async with stores.engine.connect() as conn:
+        if db_url.startswith("postgresql"):
+            victims = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            victims += " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            await conn.exec_driver_sql(victims)
+        else:
+            rows = await conn.exec_driver_sql(
+                "SELECT id FROM information_schema.processlist"
+                " WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+            )
+            for (pid,) in rows.all():
+                await conn.exec_driver_sql(f"KILL {int(pid)}")
+    record = start(unique("u"))
+    await stores.audit.begin(record)  # raises if the dropped connection failed it
+    stores.audit.complete(record.uuid, AuditOutcome(status="ok", input_tokens=1, output_tokens=1))
+    await stores.audit.flush()
+    seen = await stores.audit_log.get(record.uuid)
+    assert seen is not None and seen.status == "ok"
+
+
+async def test_completions_are_gathered_into_one_transaction(stores: SqlStores) -> None:
+    records = [start(unique("u")) for _ in range(20)]
+    for r in records:
+        await stores.audit.begin(r)
+    commits = count_commits(stores.audit)
+    for r in records:
+        stores.audit.complete(r.uuid, AuditOutcome(status="ok", input_tokens=1, output_tokens=2))
+        await asyncio.sleep(0.001)  # queued one by one, as requests end
+    await asyncio.sleep(stores.audit.complete_delay * 3)
+    assert len(commits) == 1
+    # A begin does not wait for the completions' pause.
+    stores.audit.complete(records[0].uuid, AuditOutcome(status="ok"))
+    before = stores.audit.stats.begun
+    await stores.audit.begin(start(unique("u")))
+    assert stores.audit.stats.begun == before + 1
+    assert stores.audit.stats.completed == 20

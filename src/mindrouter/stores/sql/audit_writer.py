@@ -8,16 +8,24 @@ transactions, not N. No transaction is held open while requests run.
 
 `complete(uuid, outcome)` only queues; completions are written in batches by the same single
 drain task, always after the begins queued before them (a completion can never overtake the
-insert it updates). `close()` drains everything that was queued.
+insert it updates). Nobody waits for a completion, so they are gathered for up to
+`complete_delay` (50 ms) after the oldest was queued, or until `max_batch` are queued, and go as
+one transaction; a begin never waits for that pause. `flush()` and `close()` write everything
+queued at once.
+
+A connection the database dropped (a restart, an idle timeout) fails the first statement sent
+on it; the batch is then tried once more on a fresh connection, so the pool needs no ping
+before every checkout (a BEGIN/ROLLBACK round trip pair per batch on asyncpg).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, insert, update
+from sqlalchemy import Executable, bindparam, insert, update
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SqlTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,6 +37,7 @@ from mindrouter.stores.sql.schema import audit_records
 from mindrouter.stores.sql.transactions import DATABASE_ERRORS
 
 MAX_BATCH = 500
+COMPLETE_DELAY = 0.05
 COMPLETE_RETRIES = 5
 _ERROR_TEXT_LIMIT = 8_000
 # A record the driver cannot serialise fails with TypeError / ValueError, before any SQL runs.
@@ -119,13 +128,23 @@ def _unreachable(exc: BaseException | None) -> bool:
 
 
 class AuditWriter:
-    def __init__(self, engine: AsyncEngine, *, max_batch: int = MAX_BATCH) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        max_batch: int = MAX_BATCH,
+        complete_delay: float = COMPLETE_DELAY,
+    ) -> None:
         self.engine = engine
         self.max_batch = max_batch
+        self.complete_delay = complete_delay
         self.stats = WriterStats()
         self._begins: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
         self._completions: list[dict[str, Any]] = []
+        self._oldest_completion = 0.0
         self._complete_failures = 0
+        self._wake = asyncio.Event()
+        self._urgent = False  # flush() or close() is waiting: no pause for completions
         self._drain: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -141,13 +160,21 @@ class AuditWriter:
 
     def complete(self, uuid: str, outcome: AuditOutcome) -> None:
         """Queues the outcome; written soon after by the drain task, at the latest by close()."""
+        if not self._completions:
+            self._oldest_completion = asyncio.get_running_loop().time()
         self._completions.append(outcome_values(uuid, outcome))
-        self._kick()
+        if self._drain is None or self._drain.done():
+            self._drain = asyncio.create_task(self._run(), name="audit-writer")
 
     async def flush(self) -> None:
         """Waits until everything queued so far has been written (or given up on)."""
-        while self._drain is not None and not self._drain.done():
-            await asyncio.shield(self._drain)
+        self._urgent = True
+        self._wake.set()
+        try:
+            while self._drain is not None and not self._drain.done():
+                await asyncio.shield(self._drain)
+        finally:
+            self._urgent = False
 
     async def close(self) -> None:
         self._closed = True
@@ -157,16 +184,27 @@ class AuditWriter:
             await self.flush()
 
     def _kick(self) -> None:
+        self._wake.set()  # a begin must not wait out the completions' pause
         if self._drain is None or self._drain.done():
             self._drain = asyncio.create_task(self._run(), name="audit-writer")
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
             while self._begins or self._completions:
                 if self._begins:
                     await self._write_begins()
-                else:
-                    await self._write_completions()
+                    continue
+                due = self._oldest_completion + self.complete_delay
+                if not self._urgent and len(self._completions) < self.max_batch:
+                    left = due - loop.time()
+                    if left > 0:
+                        self._wake.clear()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), left)
+                        continue
+                await self._write_completions()
+                self._oldest_completion = loop.time()
         except BaseException as exc:
             # Cancelled (event loop shutting down) or a bug: nobody may wait forever.
             pending, self._begins = self._begins, []
@@ -196,8 +234,7 @@ class AuditWriter:
 
     async def _insert(self, rows: list[dict[str, Any]]) -> Exception | None:
         try:
-            async with self.engine.begin() as conn:
-                await conn.execute(insert(audit_records), rows)
+            await self._execute(insert(audit_records), rows)
         except WRITE_ERRORS as exc:
             log.error("audit records could not be written", error=str(exc), records=len(rows))
             failure = InternalError("the audit record could not be written")
@@ -206,6 +243,18 @@ class AuditWriter:
         self.stats.begin_batches += 1
         self.stats.begun += len(rows)
         return None
+
+    async def _execute(self, statement: Executable, rows: list[dict[str, Any]]) -> None:
+        """One transaction; again on a fresh connection if the pooled one had been dropped."""
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(statement, rows)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            log.info("database connection was dropped; writing the audit batch again")
+            async with self.engine.begin() as conn:
+                await conn.execute(statement, rows)
 
     @staticmethod
     def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
@@ -221,8 +270,7 @@ class AuditWriter:
         size = self.max_batch
         batch, self._completions = self._completions[:size], self._completions[size:]
         try:
-            async with self.engine.begin() as conn:
-                await conn.execute(_COMPLETE, batch)
+            await self._execute(_COMPLETE, batch)
         except WRITE_ERRORS as exc:
             self._complete_failures += 1
             if self._complete_failures >= COMPLETE_RETRIES:

@@ -17,10 +17,13 @@ from mindrouter.stores.sql.audit_log import SqlAuditLog
 from mindrouter.stores.sql.audit_writer import AuditWriter
 from mindrouter.stores.sql.catalog import SqlCatalog
 from mindrouter.stores.sql.directory import SqlDirectory
-from mindrouter.stores.sql.engine import PoolSettings, create_engine
+from mindrouter.stores.sql.engine import PoolSettings, create_engine, is_sqlite
 from mindrouter.stores.sql.keys import SqlKeyStore
 from mindrouter.stores.sql.migrate import ensure_migrated
 from mindrouter.stores.sql.usage import SqlUsageStore
+
+# The audit writer runs one transaction at a time (the begins' group commit, then completions).
+AUDIT_POOL = PoolSettings(size=2, max_overflow=2)
 
 
 @dataclass(slots=True)
@@ -33,16 +36,25 @@ class SqlStores:
     audit_log: SqlAuditLog  # audit queries and retention
     usage: SqlUsageStore  # the UsageLedger
 
+    audit_engine: AsyncEngine | None = None  # the audit writer's own pool, when it has one
+
     @classmethod
-    def over(cls, engine: AsyncEngine, *, hasher: KeyHasher | None = None) -> SqlStores:
+    def over(
+        cls,
+        engine: AsyncEngine,
+        *,
+        hasher: KeyHasher | None = None,
+        audit_engine: AsyncEngine | None = None,
+    ) -> SqlStores:
         return cls(
             engine=engine,
             directory=SqlDirectory(engine),
             keys=SqlKeyStore(engine, hasher),
             catalog=SqlCatalog(engine),
-            audit=AuditWriter(engine),
+            audit=AuditWriter(audit_engine or engine),
             audit_log=SqlAuditLog(engine),
             usage=SqlUsageStore(engine),
+            audit_engine=audit_engine,
         )
 
     async def ensure_migrated(self, config_hint: str = "FILE") -> None:
@@ -53,6 +65,8 @@ class SqlStores:
             await self.audit.close()
         finally:
             await self.engine.dispose()
+            if self.audit_engine is not None:
+                await self.audit_engine.dispose()
 
 
 def open_stores(
@@ -62,5 +76,15 @@ def open_stores(
     pool: PoolSettings | None = None,
     echo: bool = False,
 ) -> SqlStores:
-    """Stores over a new engine for `url`; nothing connects until first use."""
-    return SqlStores.over(create_engine(url, pool=pool, echo=echo), hasher=hasher)
+    """Stores over a new engine for `url`; nothing connects until first use.
+
+    On a server database the audit writer, the one store on every request's path, gets a small
+    pool of its own without the ping before each checkout (it retries a batch on a dropped
+    connection instead); SQLite has a single writer anyway, so everything shares one engine."""
+    engine = create_engine(url, pool=pool, echo=echo)
+    audit_engine = (
+        None
+        if is_sqlite(engine)
+        else create_engine(url, pool=AUDIT_POOL, echo=echo, pre_ping=False)
+    )
+    return SqlStores.over(engine, hasher=hasher, audit_engine=audit_engine)

@@ -5,7 +5,9 @@
   foreign keys on (SQLite has them off per connection by default). The file's directory is
   created if missing.
 - PostgreSQL (`postgresql+asyncpg://`) and MariaDB/MySQL (`mysql+asyncmy://`): a bounded pool
-  that checks connections before use (replicas outlive database restarts and idle timeouts).
+  that checks connections before use (replicas outlive database restarts and idle timeouts),
+  unless `pre_ping=False` says the caller handles a dropped connection itself (the audit writer:
+  a ping costs a round trip pair per checkout).
 """
 
 from __future__ import annotations
@@ -51,7 +53,11 @@ def _ensure_sqlite_directory(url: URL) -> None:
 
 
 def create_engine(
-    url: str | URL, *, pool: PoolSettings | None = None, echo: bool = False
+    url: str | URL,
+    *,
+    pool: PoolSettings | None = None,
+    echo: bool = False,
+    pre_ping: bool = True,
 ) -> AsyncEngine:
     """An engine for `url`; no connection is made until first use."""
     parsed = make_url(url)
@@ -73,7 +79,7 @@ def create_engine(
             max_overflow=pool.max_overflow,
             pool_timeout=pool.timeout,
             pool_recycle=pool.recycle,
-            pool_pre_ping=True,
+            pool_pre_ping=pre_ping,
         )
     if backend in ("mysql", "mariadb") and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
@@ -81,6 +87,10 @@ def create_engine(
     if backend == "sqlite":
         event.listen(engine.sync_engine, "connect", _on_sqlite_connect)
     return engine
+
+
+def is_sqlite(engine: AsyncEngine) -> bool:
+    return engine.url.get_backend_name() == "sqlite"
 
 
 def describe(url: str | URL) -> str:
