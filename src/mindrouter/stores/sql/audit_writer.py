@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from mindrouter.errors import InternalError
 from mindrouter.observability.logging import log
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
+from mindrouter.stores.sql.audit_pg import AuditRowsRejected, PgAuditConnection
 from mindrouter.stores.sql.schema import audit_records
 from mindrouter.stores.sql.transactions import DATABASE_ERRORS
 
@@ -41,7 +42,12 @@ COMPLETE_DELAY = 0.05
 COMPLETE_RETRIES = 5
 _ERROR_TEXT_LIMIT = 8_000
 # A record the driver cannot serialise fails with TypeError / ValueError, before any SQL runs.
-WRITE_ERRORS: tuple[type[Exception], ...] = (*DATABASE_ERRORS, TypeError, ValueError)
+WRITE_ERRORS: tuple[type[Exception], ...] = (
+    *DATABASE_ERRORS,
+    AuditRowsRejected,
+    TypeError,
+    ValueError,
+)
 
 
 @dataclass(slots=True)
@@ -134,8 +140,10 @@ class AuditWriter:
         *,
         max_batch: int = MAX_BATCH,
         complete_delay: float = COMPLETE_DELAY,
+        pg: PgAuditConnection | None = None,
     ) -> None:
         self.engine = engine
+        self.pg = pg  # PostgreSQL: the statements go straight to asyncpg
         self.max_batch = max_batch
         self.complete_delay = complete_delay
         self.stats = WriterStats()
@@ -182,6 +190,8 @@ class AuditWriter:
         if self._begins or self._completions:
             self._kick()
             await self.flush()
+        if self.pg is not None:
+            await self.pg.close()
 
     def _kick(self) -> None:
         self._wake.set()  # a begin must not wait out the completions' pause
@@ -234,7 +244,10 @@ class AuditWriter:
 
     async def _insert(self, rows: list[dict[str, Any]]) -> Exception | None:
         try:
-            await self._execute(insert(audit_records), rows)
+            if self.pg is not None:
+                await self.pg.insert(rows)
+            else:
+                await self._execute(insert(audit_records), rows)
         except WRITE_ERRORS as exc:
             log.error("audit records could not be written", error=str(exc), records=len(rows))
             failure = InternalError("the audit record could not be written")
@@ -270,7 +283,10 @@ class AuditWriter:
         size = self.max_batch
         batch, self._completions = self._completions[:size], self._completions[size:]
         try:
-            await self._execute(_COMPLETE, batch)
+            if self.pg is not None:
+                await self.pg.complete(batch)
+            else:
+                await self._execute(_COMPLETE, batch)
         except WRITE_ERRORS as exc:
             self._complete_failures += 1
             if self._complete_failures >= COMPLETE_RETRIES:

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from mindrouter.identity.keys import KeyHasher
 from mindrouter.stores.sql.audit_log import SqlAuditLog
+from mindrouter.stores.sql.audit_pg import PgAuditConnection
 from mindrouter.stores.sql.audit_writer import AuditWriter
 from mindrouter.stores.sql.catalog import SqlCatalog
 from mindrouter.stores.sql.directory import SqlDirectory
@@ -78,10 +79,16 @@ def open_stores(
 ) -> SqlStores:
     """Stores over a new engine for `url`; nothing connects until first use.
 
-    On a server database the audit writer, the one store on every request's path, gets a small
-    pool of its own without the ping before each checkout (it retries a batch on a dropped
-    connection instead); SQLite has a single writer anyway, so everything shares one engine."""
+    The audit writer is the one store on every request's path. On PostgreSQL it writes through a
+    connection of its own straight on asyncpg (`audit_pg.py`); on MariaDB through a small pool of
+    its own without the ping before each checkout (it retries a batch on a dropped connection
+    instead); SQLite has a single writer anyway, so there everything shares one engine."""
     engine = create_engine(url, pool=pool, echo=echo)
+    backend = engine.url.get_backend_name()
+    if backend == "postgresql" and engine.url.get_driver_name() == "asyncpg":
+        stores = SqlStores.over(engine, hasher=hasher)
+        stores.audit.pg = PgAuditConnection(url)
+        return stores
     audit_engine = (
         None
         if is_sqlite(engine)
