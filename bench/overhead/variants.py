@@ -1,18 +1,14 @@
 """Candidate hot-path changes, applied from outside the source tree to measure them first.
 
 Each variant is Python run before `mindrouter.cli.main`, in the gateway's own process: it swaps
-the event loop, wraps `build_app` to adjust the finished app, or puts a package on the path.
-The changes mirror what a one- or two-line edit to src/ would do; the comparison runs every
-variant side by side, interleaved, at the same rate.
+the event loop, adjusts the SQL stores, or wraps `build_app` to adjust the finished app. The
+changes mirror what a one- or two-line edit to src/ would do (or undo); the comparison runs
+every variant side by side, interleaved, at the same rate.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
-from pathlib import Path
-
-OVERLAY = Path.home() / ".cache" / "mindrouter" / "overlay"
 
 # Wraps build_app; `{body}` adjusts `app` (a FastAPI instance) before it is served.
 _PATCH_APP = """
@@ -25,18 +21,34 @@ def _mr_patched(settings, stores=None):
 _mr_app.build_app = _mr_patched
 """
 
-# FastAPI's built-in OpenTelemetry bridge asks the global providers, through os.environ, on
-# every request whether anything is configured; turning its three switches off skips that.
-_NO_OTEL = "    app._telemetry.update(tracing=False, metrics=False, logs=False)"
+# The event loop asyncio ships with, instead of uvloop (which `mindrouter serve` uses).
+_ASYNCIO_LOOP = """
+import asyncio as _mr_asyncio
+import mindrouter.cli as _mr_cli
+_mr_cli._event_loop_runner = lambda: _mr_asyncio.run
+"""
 
-# The router tries routes in order; the admin and usage routes come before the OpenAI ones.
-_HOT_FIRST = """    hot = ('/v1/chat/completions', '/v1/completions', '/v1/embeddings')
-    first = [r for r in app.router.routes if getattr(r, 'path', None) in hot]
-    app.router.routes[:] = first + [r for r in app.router.routes if r not in first]"""
+# Adjusts the SQL stores the gateway opens; `{body}` changes `stores` (a SqlStores).
+_PATCH_STORES = """
+import mindrouter.stores.sql as _mr_sql
+import mindrouter.stores.sql.bundle as _mr_bundle
+_mr_open = _mr_bundle.open_stores
+def _mr_open_patched(url, **kw):
+    stores = _mr_open(url, **kw)
+{body}
+    return stores
+_mr_sql.open_stores = _mr_bundle.open_stores = _mr_open_patched
+"""
+
+# Audit records through SQLAlchemy on the shared, pinged pool, as before the asyncpg writer.
+_SQLALCHEMY_AUDIT = _PATCH_STORES.format(body="    stores.audit.pg = None")
+
+# Every audit outcome written as soon as nothing else is queued, not gathered for 50 ms.
+_EAGER_COMPLETE = _PATCH_STORES.format(body="    stores.audit.complete_delay = 0.0")
 
 # The hot route straight under Starlette's router, without FastAPI's own middleware (body-size
-# limit, exception telemetry, the dependency exit stack) and its telemetry check; the admin
-# API stays under FastAPI, reached when the hot paths do not match.
+# limit, exception telemetry, the dependency exit stack); the admin API stays under FastAPI,
+# reached when the hot paths do not match.
 _STARLETTE_FRONT = """    from starlette.applications import Starlette as _S
     inner = app
     hot = ('/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/anthropic/v1/messages')
@@ -55,66 +67,6 @@ _STARLETTE_FRONT = """    from starlette.applications import Starlette as _S
             await _dispatch(scope, receive, send)
     app = _App()"""
 
-# A pool with pre-ping runs a BEGIN + ROLLBACK round trip pair on asyncpg before every checkout;
-# the audit writer checks out a connection for every batch.
-_NO_PREPING = """
-import mindrouter.stores.sql.engine as _mr_engine
-_mr_cae = _mr_engine.create_async_engine
-def _mr_no_ping(url, **kw):
-    kw.pop('pool_pre_ping', None)
-    return _mr_cae(url, **kw)
-_mr_engine.create_async_engine = _mr_no_ping
-"""
-
-# Audit outcomes are only queued by the request; the writer still commits them in their own
-# transaction as soon as no begin is waiting, about one per request at moderate rates. Here they
-# wait until 50 ms after the oldest was queued (or 500 are queued), then go as one batch.
-_LAZY_COMPLETE = """
-import asyncio as _mr_asyncio
-from mindrouter.stores.sql import audit_writer as _mr_aw
-_mr_kick = _mr_aw.AuditWriter._kick
-def _mr_kick_and_wake(self):
-    wake = getattr(self, '_mr_wake', None)
-    if wake is not None:
-        wake.set()
-    _mr_kick(self)
-def _mr_complete(self, uuid, outcome):
-    if not self._completions:
-        self._mr_since = _mr_asyncio.get_running_loop().time()
-    self._completions.append(_mr_aw.outcome_values(uuid, outcome))
-    if self._drain is None or self._drain.done():
-        self._drain = _mr_asyncio.create_task(self._run(), name='audit-writer')
-async def _mr_run(self):
-    loop = _mr_asyncio.get_running_loop()
-    try:
-        while self._begins or self._completions:
-            if self._begins:
-                await self._write_begins()
-                continue
-            due = getattr(self, '_mr_since', 0.0) + 0.05
-            if len(self._completions) < self.max_batch and loop.time() < due:
-                # A begin must never wait for this pause: it wakes the writer at once.
-                self._mr_wake = wake = _mr_asyncio.Event()
-                try:
-                    await _mr_asyncio.wait_for(wake.wait(), due - loop.time())
-                except TimeoutError:
-                    pass
-                self._mr_wake = None
-                continue
-            await self._write_completions()
-            self._mr_since = loop.time()
-    except BaseException as exc:
-        pending, self._begins = self._begins, []
-        for _, future in pending:
-            self._settle(future, _mr_aw.InternalError('the audit writer stopped'))
-        if isinstance(exc, Exception):
-            return
-        raise
-_mr_aw.AuditWriter._kick = _mr_kick_and_wake
-_mr_aw.AuditWriter.complete = _mr_complete
-_mr_aw.AuditWriter._run = _mr_run
-"""
-
 # The request waits for its clean-up (slot, audit outcome queued, limits settled in Redis)
 # before its response goes out; here the clean-up runs on after the response.
 _CLOSE_BEHIND = """
@@ -130,39 +82,22 @@ async def _mr_close(self, status, usage, output, error):
 _mr_flight.Flight.close = _mr_close
 """
 
-_UVLOOP = "import uvloop; uvloop.install()"
-_HIREDIS = f"import sys; sys.path.insert(0, {str(OVERLAY)!r})"
-
 
 def _patch(*bodies: str) -> str:
     return _PATCH_APP.format(body="\n".join(bodies))
 
 
+# Changes measured this way and since made in src/ (uvloop, hiredis, FastAPI's telemetry off,
+# the hot routes first, the audit pool without pre-ping, outcomes gathered for 50 ms) are gone
+# from this table; the first three variants measure what those changes bought by undoing them.
 VARIANTS: dict[str, str] = {
     "default": "",
-    "uvloop": _UVLOOP,
-    "no-otel": _patch(_NO_OTEL),
-    "hot-routes-first": _patch(_HOT_FIRST),
+    "asyncio-loop": _ASYNCIO_LOOP,
+    "sqlalchemy-audit": _SQLALCHEMY_AUDIT,
+    "eager-complete": _EAGER_COMPLETE,
     "starlette-front": _patch(_STARLETTE_FRONT),
-    "hiredis": _HIREDIS,
-    "no-preping": _NO_PREPING,
-    "audit-lazy-complete": _LAZY_COMPLETE,
     "close-behind": _CLOSE_BEHIND,
-    "combined": "\n".join(
-        (_UVLOOP, _HIREDIS, _NO_PREPING, _LAZY_COMPLETE, _patch(_NO_OTEL, _HOT_FIRST))
-    ),
 }
-
-
-def ensure_overlay() -> None:
-    """hiredis (redis-py's C reply parser) in a directory of its own, never in the project's
-    environment: only the variant that asks for it puts it on its path."""
-    if (OVERLAY / "hiredis").is_dir():
-        return
-    pip = Path(sys.base_prefix) / "bin" / "pip3"
-    subprocess.run(
-        [str(pip), "install", "--quiet", "--target", str(OVERLAY), "hiredis"], check=True
-    )
 
 
 def launcher(variant: str) -> list[str] | None:
@@ -170,7 +105,5 @@ def launcher(variant: str) -> list[str] | None:
     prelude = VARIANTS[variant]
     if not prelude:
         return None
-    if "hiredis" in variant or variant == "combined":
-        ensure_overlay()
     code = f"{prelude}\nimport sys\nfrom mindrouter.cli import main\nsys.exit(main(sys.argv[1:]))"
     return [sys.executable, "-c", code]

@@ -1,9 +1,11 @@
 """The async engine for a database URL, tuned per engine.
 
 - SQLite (`sqlite+aiosqlite:///path`): the embedded default. WAL, so readers never block the
-  writer; a busy timeout, so a second process waits for the write lock instead of failing;
-  foreign keys on (SQLite has them off per connection by default). The file's directory is
-  created if missing.
+  writer; `synchronous=NORMAL`, SQLite's recommended setting in WAL mode: a commit is written to
+  the log but not fsynced, so it survives the gateway crashing (the audit record exists before
+  any GPU work), and only a power loss or an OS crash can take the last commits back; a busy
+  timeout, so a second process waits for the write lock instead of failing; foreign keys on
+  (SQLite has them off per connection by default). The file's directory is created if missing.
 - PostgreSQL (`postgresql+asyncpg://`) and MariaDB/MySQL (`mysql+asyncmy://`): a bounded pool
   that checks connections before use (replicas outlive database restarts and idle timeouts),
   unless `pre_ping=False` says the caller handles a dropped connection itself (the audit writer:
@@ -40,6 +42,7 @@ def _json_dumps(value: Any) -> str:
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
