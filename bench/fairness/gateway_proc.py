@@ -1,5 +1,5 @@
 """One gateway process for the real-time benchmark, with its capacity gate chosen on the command
-line: `python -m bench.fairness.gateway_proc CONFIG.json --queue fair|fifo|shared-pending
+line: `python -m bench.fairness.gateway_proc CONFIG.json --queue fair|fifo
 --state memory|redis`.
 
 The app is the real one (`build_app`: authentication, limits, audit, routing, streaming); only the
@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.fairness.fifo import FifoQueue
-from bench.fairness.shared_pending import SharedPendingQueue
 from mindrouter.app import build_app
 from mindrouter.observability.logging import configure_logging
 from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMemoryFairShareState
@@ -39,7 +38,7 @@ async def serve(ns: argparse.Namespace) -> int:
         state = shared
     else:
         state = InMemoryFairShareState()
-    queues = {"fair": FairQueue, "fifo": FifoQueue, "shared-pending": SharedPendingQueue}
+    queues = {"fair": FairQueue, "fifo": FifoQueue}
     queue = queues[ns.queue](state)
     app.state.gateway.s.gate = CapacityGate(queue)
     server = InLoopServer(app, log_level="warning")
@@ -66,7 +65,7 @@ async def serve(ns: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fairness.gateway_proc")
     parser.add_argument("config", help="gateway settings as JSON")
-    parser.add_argument("--queue", choices=("fair", "fifo", "shared-pending"), default="fair")
+    parser.add_argument("--queue", choices=("fair", "fifo"), default="fair")
     parser.add_argument("--state", choices=("memory", "redis"), default="memory")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--prefix", default="mr:")

@@ -10,14 +10,12 @@ variant:
     fcfs                 one process, the gate over a FIFO queue (arrival order, `fifo.py`)
     ours                 one process, FairQueue over InMemoryFairShareState (today's app.py)
     ours, Redis state    one process, FairQueue over RedisFairShareState (what sharing costs)
-    ours, 2 replicas     two processes, each its own gate and queue, the counters shared through
+    ours, 2 replicas     two processes, each its own gate and queue, the counters and the
+                         output still expected from running streams shared through
                          RedisFairShareState; each gets half of every backend (max_concurrent 1),
                          since in-flight counts are per process; the clients split every user's
                          connections evenly between the two, as a load balancer would
     ours, 2 replicas, 10 ms sync      (only with --variant) the same, exchanging every 10 ms
-    ours, 2 replicas, shared pending  (only with --variant) the same, with the output expected
-                                      from running streams shared too (`shared_pending.py`)
-    ours, 2 replicas, shared pending, 10 ms sync   (only with --variant) both
 
 Scenarios (every client streams, and records each chunk):
 
@@ -82,7 +80,7 @@ WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "n
 @dataclass(frozen=True, slots=True)
 class Variant:
     name: str
-    queue: str  # fair | fifo | shared-pending
+    queue: str  # fair | fifo
     state: str  # memory | redis
     replicas: int
     sync_interval: float = 0.05  # RedisFairShareState's, when the state is shared
@@ -95,11 +93,7 @@ VARIANTS = (
     Variant("ours, 2 replicas", "fair", "redis", 2),
 )
 # Run only when named with --variant: does the exchange interval matter?
-EXTRA_VARIANTS = (
-    Variant("ours, 2 replicas, 10 ms sync", "fair", "redis", 2, 0.01),
-    Variant("ours, 2 replicas, shared pending", "shared-pending", "redis", 2),
-    Variant("ours, 2 replicas, shared pending, 10 ms sync", "shared-pending", "redis", 2, 0.01),
-)
+EXTRA_VARIANTS = (Variant("ours, 2 replicas, 10 ms sync", "fair", "redis", 2, 0.01),)
 ALL_VARIANTS = VARIANTS + EXTRA_VARIANTS
 
 

@@ -47,6 +47,7 @@ from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.fit import fit_context
 from mindrouter.pipeline.flight import Flight, Status
+from mindrouter.pipeline.outcome import record_outcome
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.routing.catalog import BackendState, ModelSpec, check_modality
@@ -168,7 +169,7 @@ class Gateway:
             usage = result.usage if result is not None else None
             text = _result_text(result) if result is not None else None
             await flight.close(status, usage, text, error)
-            self._log_done(ctx, req.model, status, usage, error)
+            record_outcome(self.s.metrics, ctx, req.model, status, usage, error=error)
 
     async def _try_backends(
         self,
@@ -291,7 +292,14 @@ class Gateway:
             cancelled = isinstance(exc, asyncio.CancelledError)
             err = exc if isinstance(exc, MindRouterError) else None
             await flight.close("cancelled" if cancelled else "error", None, None, err)
-            self._log_done(ctx, req.model, "cancelled" if cancelled else "error", None, err)
+            record_outcome(
+                self.s.metrics,
+                ctx,
+                req.model,
+                "cancelled" if cancelled else "error",
+                None,
+                error=err,
+            )
             raise
 
     async def _relay(
@@ -337,40 +345,4 @@ class Gateway:
                 # The stream broke off: charge what was generated, one token per chunk.
                 usage = Usage(input_tokens=flight.est_input, output_tokens=produced, estimated=True)
             await flight.close(status, usage, "".join(pieces), error)
-            self._log_done(ctx, model, status, usage, error)
-
-    def _log_done(
-        self,
-        ctx: RequestContext,
-        model: str,
-        outcome: str,
-        usage: Usage | None,
-        error: MindRouterError | None = None,
-    ) -> None:
-        ctx.recorded = True
-        m = self.s.metrics
-        backend = ctx.backend or "none"
-        m.requests.labels(ctx.dialect, model, backend, outcome).inc()
-        if error is not None:
-            m.errors.labels(ctx.dialect, model, error.kind).inc()
-        m.latency.labels(ctx.dialect, model).observe(time.monotonic() - ctx.received_at)
-        if ctx.first_token_at is not None:
-            m.ttft.labels(model, backend).observe(ctx.first_token_at - ctx.received_at)
-        if ctx.attempts:
-            m.queue_wait.labels(model).observe(ctx.queued_s)
-        if usage is not None:
-            m.tokens.labels(model, "input").inc(usage.input_tokens)
-            m.tokens.labels(model, "output").inc(usage.output_tokens)
-        log.info(
-            "request finished",
-            endpoint=ctx.endpoint,
-            dialect=ctx.dialect,
-            model=model,
-            backend=ctx.backend,
-            attempts=ctx.attempts,
-            outcome=outcome,
-            input_tokens=usage.input_tokens if usage else None,
-            output_tokens=usage.output_tokens if usage else None,
-            error=error.message if error else None,
-            duration_ms=round((time.monotonic() - ctx.received_at) * 1000, 2),
-        )
+            record_outcome(self.s.metrics, ctx, model, status, usage, error=error)

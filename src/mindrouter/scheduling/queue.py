@@ -65,7 +65,8 @@ class FairQueue:
         self._flights: dict[str, _Flight] = {}
         # model -> user -> jobs waiting or in flight; an account is active while present
         self._active: dict[str, dict[str, int]] = {}
-        # model -> user -> weighted output expected from running jobs / time of last dispatch
+        # model -> user -> weighted output this process expects from running jobs (published to
+        # the state, which sums it over every process for the ranking) / time of last dispatch
         self._pending: dict[str, dict[str, float]] = {}
         self._last_served: dict[str, dict[str, float]] = {}
         self._weights: dict[Account, float] = {}
@@ -105,7 +106,7 @@ class FairQueue:
         # tuples: this loop over every waiting user is the whole cost of a decision, and
         # allocating nothing keeps the garbage collector out of it (tests check that both agree).
         counters = self.state.get_many(model, per_user)
-        pending = self._pending.get(model, {})
+        pending = self.state.pending_many(model, per_user)
         served = self._last_served.get(model, {})
         rate, starving_after = self.policy.wait_bonus_per_s, self.policy.starvation_after
         seq = self._seq
@@ -139,7 +140,7 @@ class FairQueue:
     def rank_of(self, job: Job, now: float) -> Rank:
         since = self._since(job)
         counter = self.state.get(job.model, job.user)
-        pending = self._pending.get(job.model, {}).get(job.user, 0.0)
+        pending = self._pending_of(job.model, job.user)
         seq = self._seq.get(job.id, -1)
         return rank(self.policy, counter=counter, pending=pending, since=since, now=now, seq=seq)
 
@@ -150,7 +151,7 @@ class FairQueue:
         waited = max(0.0, now - self._since(job))
         bonus = min(policy.wait_bonus_per_s * waited, policy.max_wait_bonus)
         counter = self.state.get(job.model, job.user)
-        return counter + self._pending.get(job.model, {}).get(job.user, 0.0) - bonus
+        return counter + self._pending_of(job.model, job.user) - bonus
 
     def ranked(self, model: str, now: float) -> list[tuple[Rank, Job]]:
         """Every waiting job of `model` in the order they would be served if nothing changed."""
@@ -169,6 +170,7 @@ class FairQueue:
         self._flights[job.id] = _Flight(job, pending=pending)
         by_user = self._pending.setdefault(job.model, {})
         by_user[job.user] = by_user.get(job.user, 0.0) + pending
+        self.state.set_pending(job.model, job.user, by_user[job.user])
         self._last_served.setdefault(job.model, {})[job.user] = now
 
     def charge(self, job: Job, output_tokens: int) -> None:
@@ -180,9 +182,11 @@ class FairQueue:
         amount = self.policy.costs.output * output_tokens / job.weight
         self.state.charge(job.model, job.user, amount)
         covered = min(flight.pending, amount)
-        flight.pending -= covered
-        by_user = self._pending[job.model]
-        by_user[job.user] -= covered
+        if covered:
+            flight.pending -= covered
+            by_user = self._pending[job.model]
+            by_user[job.user] -= covered
+            self.state.set_pending(job.model, job.user, by_user[job.user])
 
     def on_complete(
         self, job: Job, actual_prompt: int | None = None, actual_output: int | None = None
@@ -205,6 +209,7 @@ class FairQueue:
         left = by_user[job.user] - flight.pending
         # Floats drift; an account with nothing left in flight owes exactly nothing.
         by_user[job.user] = left if left > 1e-9 else 0.0
+        self.state.set_pending(job.model, job.user, by_user[job.user])
         self._release_activity(job)
 
     # -- views -------------------------------------------------------------------------------
@@ -242,18 +247,22 @@ class FairQueue:
         out = []
         for model, users in self._active.items():
             counters = self.state.get_many(model, users)
+            pending = self.state.pending_many(model, users)
             for user, count in users.items():
                 acct = (model, user)
                 n_queued = queued.get(acct, 0)
                 out.append(
                     AccountStatus(
                         model, user, self._weights.get(acct, 1.0), counters[user],
-                        self._pending.get(model, {}).get(user, 0.0), n_queued, count - n_queued,
+                        pending[user], n_queued, count - n_queued,
                     )
                 )  # fmt: skip
         return out
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _pending_of(self, model: str, user: str) -> float:
+        return self.state.pending_many(model, (user,))[user]
 
     def _since(self, job: Job) -> float:
         """When the job started being passed over: its arrival or its account's last dispatch."""

@@ -9,9 +9,14 @@ A counter holds weighted service: tokens × token cost ÷ the job's weight. Each
 floor, the "virtual time" of that model: the highest value ever seen of the lowest counter among
 its active users. A user who becomes active again is lifted relative to it (see `queue.py`).
 
-Every write is commutative: `charge` adds (corrections may add a negative amount), `lift` and
-`raise_floor` take a maximum. That is what lets a shared implementation (Redis: INCRBYFLOAT and a
-small max script) apply writes from several gateway processes in any order and still agree. The
+Each account also has its *pending* output: the weighted output still expected from its jobs
+running now (the queue ranks by counter + pending, see `policy.py`). Each process sets its own
+part as a value (`set_pending`); `pending_many` reads the sum over every process, so a replica
+sees that another has just given a user a slot before that stream's tokens are charged.
+
+Every counter write is commutative: `charge` adds (corrections may add a negative amount),
+`lift` and `raise_floor` take a maximum. That is what lets a shared implementation (Redis: one
+exchange script) apply writes from several gateway processes in any order and still agree. The
 port is synchronous on purpose: a decision reads one counter per waiting user and must stay well
 under a millisecond, so a networked implementation is expected to read from a local mirror it
 keeps fresh and to push its writes through.
@@ -48,6 +53,14 @@ class FairShareState(Protocol):
         """Raises the model's virtual time to at least `to` and returns the new value."""
         ...
 
+    def set_pending(self, model: str, user: str, value: float) -> None:
+        """This process's pending output for the account (an absolute value, not a change)."""
+        ...
+
+    def pending_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
+        """Pending output of several accounts of one model, summed over every process."""
+        ...
+
 
 class InMemoryFairShareState:
     """One process's counters: plain dictionaries, nothing ever expires.
@@ -60,6 +73,7 @@ class InMemoryFairShareState:
     def __init__(self) -> None:
         self._counters: dict[str, dict[str, float]] = {}  # model -> user -> counter
         self._floors: dict[str, float] = {}
+        self._pending: dict[str, dict[str, float]] = {}  # model -> user -> pending output
 
     def get(self, model: str, user: str) -> float:
         return self._counters.get(model, {}).get(user, 0.0)
@@ -87,3 +101,14 @@ class InMemoryFairShareState:
         value = max(self._floors.get(model, 0.0), to)
         self._floors[model] = value
         return value
+
+    def set_pending(self, model: str, user: str, value: float) -> None:
+        by_user = self._pending.setdefault(model, {})
+        if value > 0:
+            by_user[user] = value
+        else:
+            by_user.pop(user, None)
+
+    def pending_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
+        by_user = self._pending.get(model, {})
+        return {u: by_user.get(u, 0.0) for u in users}

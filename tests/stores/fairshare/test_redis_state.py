@@ -348,3 +348,68 @@ async def test_each_process_schedules_on_everyones_usage(redis_shared: SharedRed
     await sync_all(qb.state, qa.state)
     chosen = qa.pick("chat", 1.0)
     assert chosen is not None and chosen.user == "light"
+
+
+# -- pending output --------------------------------------------------------------------------------
+
+
+async def test_pending_output_is_summed_over_processes(redis_shared: SharedRedis) -> None:
+    a, b, c = redis_shared.state(), redis_shared.state(), redis_shared.state()
+    a.set_pending("chat", "alice", 300.0)
+    b.set_pending("chat", "alice", 200.0)
+    b.set_pending("chat", "bob", 50.0)
+    c.pending_many("chat", ["alice"])  # c only reads
+    # Before an exchange each process knows its own part only.
+    assert a.pending_many("chat", ["alice", "bob"]) == {"alice": 300.0, "bob": 0.0}
+    await sync_all(a, b, c)
+    assert a.pending_many("chat", ["alice", "bob"]) == {"alice": 500.0, "bob": 50.0}
+    assert b.pending_many("chat", ["alice", "bob"]) == {"alice": 500.0, "bob": 50.0}
+    assert c.pending_many("chat", ["alice", "bob"]) == {"alice": 500.0, "bob": 50.0}
+    # Values, not changes: setting again replaces, and zero takes a part out.
+    a.set_pending("chat", "alice", 100.0)
+    b.set_pending("chat", "alice", 0.0)
+    b.set_pending("chat", "bob", 0.0)
+    await sync_all(a, b, c)
+    assert c.pending_many("chat", ["alice", "bob"]) == {"alice": 100.0, "bob": 0.0}
+    assert b.pending_many("chat", ["alice", "bob"]) == {"alice": 100.0, "bob": 0.0}
+    # Per model.
+    assert c.pending_many("other", ["alice"]) == {"alice": 0.0}
+
+
+async def test_a_process_that_stops_exchanging_stops_counting(redis_shared: SharedRedis) -> None:
+    gone, stays = redis_shared.state(), redis_shared.state()
+    gone.set_pending("chat", "alice", 400.0)
+    stays.pending_many("chat", ["alice"])
+    await sync_all(gone, stays)
+    assert stays.pending_many("chat", ["alice"]) == {"alice": 400.0}
+    # `gone` dies mid-stream: it never exchanges again, and its part expires.
+    await asyncio.sleep(gone._pending_ttl_ms / 1000 + 0.2)
+    assert await stays.sync()
+    assert stays.pending_many("chat", ["alice"]) == {"alice": 0.0}
+
+
+async def test_a_replica_sees_the_slot_another_just_gave(redis_shared: SharedRedis) -> None:
+    policy = FairPolicy(wait_bonus_per_s=0.0, burst_allowance=0.0)
+    qa = FairQueue(redis_shared.state(), policy)
+    qb = FairQueue(redis_shared.state(), policy)
+    assert isinstance(qa.state, RedisFairShareState) and isinstance(qb.state, RedisFairShareState)
+    # Both users equal so far; B has just given "alice" a slot for a long answer, nothing has
+    # streamed yet (so nothing is charged beyond the prompt).
+    started = Job("alice-0", "alice", "chat", 1.0, 10, 2000, "chat", 0.0)
+    qb.push(started)
+    qb.on_dispatch(started, 0.0)
+    bob_warm = Job("bob-0", "bob", "chat", 1.0, 10, 1, "chat", 0.0)
+    qa.push(bob_warm)
+    qa.on_dispatch(bob_warm, 0.0)
+    qa.on_complete(bob_warm, 10, 0)
+    # A has both waiting, alice first in line.
+    qa.push(job("alice", 1))
+    qa.push(job("bob", 1))
+    await sync_all(qb.state, qa.state)
+    chosen = qa.pick("chat", 1.0)
+    assert chosen is not None and chosen.user == "bob"
+    # Once alice's stream is over in B, the expectation goes away everywhere.
+    qb.charge(started, 2000)
+    qb.on_complete(started, 10, 2000)
+    await sync_all(qb.state, qa.state)
+    assert qa.state.pending_many("chat", ["alice"]) == {"alice": 0.0}

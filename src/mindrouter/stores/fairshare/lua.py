@@ -5,6 +5,8 @@ Keys (the model name comes last, after a fixed kind, so no model name collides w
     {prefix}fairshare:floors            hash    model -> floor (virtual time)
     {prefix}fairshare:counters:{model}  hash    user -> counter (weighted service)
     {prefix}fairshare:sent:{sender}     string  sequence number of the sender's last batch
+    {prefix}fairshare:pending:{sender}:{model}  hash  user -> the sender's pending output
+    {prefix}fairshare:pending_senders:{model}   set   senders that published pending output
 
 Values are stored as '%.17g' strings, which read back as the same double; a value never written
 counts as 0, as in the in-process state. Counters and floors have no TTL (one small field per
@@ -24,8 +26,18 @@ models involved. ARGV:
     p, then p × (key index, user)                        counters to read back
     g, then g × model                                    floors to read back
 
+    pending_ttl_ms, key prefix ({prefix}fairshare:), sender id
+    q, then q × (model, m, then m × (user, value))       the sender's pending output, replaced
+
 The reply is the p counters then the g floors, as strings ('' where nothing was ever written):
-Lua numbers returned raw would be truncated to integers.
+Lua numbers returned raw would be truncated to integers. Then, for each of the g models, the
+number k of (user, value) pairs that follow: the other senders' pending output for that model
+(one pair per sender and user; the caller sums them).
+
+Pending output is published whole by each sender at every exchange, as values (idempotent, so
+it needs no sequence check), into a hash that expires `pending_ttl_ms` later unless published
+again: the pending output of a process that stopped exchanging (it died, or lost Redis) stops
+counting then. Senders whose hash expired are dropped from the model's set when read.
 """
 
 from __future__ import annotations
@@ -66,9 +78,47 @@ for _ = 1, n do
   i = i + 2
 end
 n = tonumber(ARGV[i]); i = i + 1
+local models = {}
 for _ = 1, n do
   out[#out + 1] = redis.call('HGET', KEYS[1], ARGV[i]) or ''
+  models[#models + 1] = ARGV[i]
   i = i + 1
+end
+local ttl_ms, prefix, sender = tonumber(ARGV[i]), ARGV[i + 1], ARGV[i + 2]
+i = i + 3
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  local model, m = ARGV[i], tonumber(ARGV[i + 1])
+  i = i + 2
+  local key = prefix .. 'pending:' .. sender .. ':' .. model
+  local senders = prefix .. 'pending_senders:' .. model
+  redis.call('DEL', key)
+  for _ = 1, m do
+    redis.call('HSET', key, ARGV[i], ARGV[i + 1])
+    i = i + 2
+  end
+  if m > 0 then
+    redis.call('PEXPIRE', key, ttl_ms)
+    redis.call('SADD', senders, sender)
+    redis.call('PEXPIRE', senders, ttl_ms)
+  else
+    redis.call('SREM', senders, sender)
+  end
+end
+for _, model in ipairs(models) do
+  local senders = prefix .. 'pending_senders:' .. model
+  local pairs_out = {}
+  for _, other in ipairs(redis.call('SMEMBERS', senders)) do
+    if other ~= sender then
+      local kv = redis.call('HGETALL', prefix .. 'pending:' .. other .. ':' .. model)
+      if #kv == 0 then
+        redis.call('SREM', senders, other)
+      end
+      for j = 1, #kv do pairs_out[#pairs_out + 1] = kv[j] end
+    end
+  end
+  out[#out + 1] = tostring(#pairs_out / 2)
+  for j = 1, #pairs_out do out[#out + 1] = pairs_out[j] end
 end
 return out
 """

@@ -20,6 +20,13 @@ Reads never wait and never fail. An account this process has not seen yet reads 
 `forget_after` seconds are dropped, so the set pulled at each exchange stays the set of users
 active around this process, not everyone who ever used the cluster.
 
+Pending output (the weighted output still expected from running jobs) is not a counter: each
+process publishes its own part as absolute values, under a key of its own that expires unless
+refreshed, and reads the others' parts back. A process that dies mid-stream therefore stops
+counting after the expiry instead of leaving its users' pending output behind for ever. The
+mirror keeps this process's part (`set_pending`), hands all of it out at each exchange, and
+answers `pending_many` with its own part plus the others' as last pulled.
+
 Pure and synchronous; `redis_state.py` does the I/O.
 """
 
@@ -61,10 +68,12 @@ class Batch:
     ops: dict[Account, Pending]
     floors: dict[str, float]  # model -> raise the shared floor to at least this
     pull: list[Account]
-    pull_floors: list[str]
+    pull_floors: list[str]  # also the models whose other processes' pending output to read
+    # model -> user -> this process's pending output, for every model it has (or just had) some
+    publish: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.ops or self.floors or self.pull or self.pull_floors)
+        return bool(self.ops or self.floors or self.pull or self.pull_floors or self.publish)
 
 
 @dataclass(slots=True)
@@ -73,6 +82,8 @@ class Pulled:
 
     counters: dict[Account, float | None] = field(default_factory=dict)
     floors: dict[str, float | None] = field(default_factory=dict)
+    # model -> user -> the other processes' pending output, summed
+    pending: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 class LocalMirror:
@@ -90,6 +101,9 @@ class LocalMirror:
         # (reading a clock on every streamed chunk would cost more than the charge itself).
         self._written: dict[Account, float] = {}
         self._now = 0.0
+        self._own_pending: dict[str, dict[str, float]] = {}  # model -> user -> this process's
+        self._emptied: set[str] = set()  # models whose pending output here just went to none
+        self._others_pending: dict[str, dict[str, float]] = {}
 
     # -- the FairShareState reads and writes -----------------------------------------------------
 
@@ -142,6 +156,23 @@ class LocalMirror:
         self._floor_view[model] = value
         return value
 
+    def set_pending(self, model: str, user: str, value: float) -> None:
+        self._models.add(model)
+        by_user = self._own_pending.get(model)
+        if value > 0:
+            if by_user is None:
+                by_user = self._own_pending[model] = {}
+            by_user[user] = value
+        elif by_user is not None and by_user.pop(user, None) is not None and not by_user:
+            del self._own_pending[model]
+            self._emptied.add(model)
+
+    def pending_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
+        self._models.add(model)  # read the other processes' part from the next exchange on
+        own = self._own_pending.get(model, {})
+        others = self._others_pending.get(model, {})
+        return {u: own.get(u, 0.0) + others.get(u, 0.0) for u in users}
+
     # -- exchanges -------------------------------------------------------------------------------
 
     @property
@@ -173,7 +204,12 @@ class LocalMirror:
         pull = [(m, u) for m, users in self._view.items() for u in users]
         pull += [a for a in self._wanted if a[1] not in self._view.get(a[0], {})]
         self._wanted.clear()
-        return Batch(ops, floors, pull, sorted(self._models))
+        # All of this process's pending output, every time: publishing refreshes its expiry.
+        publish = {m: dict(users) for m, users in self._own_pending.items()}
+        for model in self._emptied:
+            publish.setdefault(model, {})
+        self._emptied.clear()
+        return Batch(ops, floors, pull, sorted(self._models), publish)
 
     def merge(self, pulled: Pulled) -> None:
         """An exchange succeeded: takes the shared values, with the writes made since applied."""
@@ -189,6 +225,7 @@ class LocalMirror:
             value = 0.0 if shared_floor is None else shared_floor
             value = max(value, self._floor_ops.get(model, -math.inf))
             self._floor_view[model] = value
+        self._others_pending = pulled.pending
 
     def snapshot(self) -> Mapping[str, Mapping[str, float]]:
         """This process's current view, model -> user -> counter (for tests and the admin)."""

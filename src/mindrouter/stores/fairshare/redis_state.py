@@ -117,7 +117,11 @@ class RedisFairShareState:
         self._on_degraded = on_degraded
         self._clock = clock
         self._prefix = f"{prefix}fairshare:"
-        self._sender_key = f"{self._prefix}sent:{uuid.uuid4().hex}"
+        self._sender = uuid.uuid4().hex
+        self._sender_key = f"{self._prefix}sent:{self._sender}"
+        # A process's pending output outlives it by this much at most (and survives this many
+        # missed exchanges): long against the exchange interval, short against a stream.
+        self._pending_ttl_ms = max(2000, int(sync_interval * 40_000))
         self._mirror = LocalMirror(forget_after)
         self._script = lua.EXCHANGE
         self._sha: str | None = None
@@ -183,6 +187,12 @@ class RedisFairShareState:
         if not math.isfinite(to):
             raise ValueError(f"a floor must be finite, got {to}")
         return self._mirror.raise_floor(model, to)
+
+    def set_pending(self, model: str, user: str, value: float) -> None:
+        self._mirror.set_pending(model, user, value)
+
+    def pending_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
+        return self._mirror.pending_many(model, users)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -311,6 +321,12 @@ class RedisFairShareState:
             args += [key_of(model), user]
         args.append(len(batch.pull_floors))
         args += batch.pull_floors
+        args += [self._pending_ttl_ms, self._prefix, self._sender]
+        args.append(len(batch.publish))
+        for model, by_user in batch.publish.items():
+            args += [model, len(by_user)]
+            for user, value in by_user.items():
+                args += [user, _num(value)]
         with _unavailable_on_redis_errors():
             async with asyncio.timeout(self.timeout):
                 reply = await self._eval(keys, args)
@@ -329,12 +345,25 @@ class RedisFairShareState:
 
 
 def _parse(pull: list[Account], pull_floors: list[str], reply: Sequence[object]) -> Pulled:
-    if len(reply) != len(pull) + len(pull_floors):
-        raise FairShareUnavailable(f"unexpected reply of {len(reply)} values from the script")
     values = [_text(v) for v in reply]
+    head = len(pull) + len(pull_floors)
+    if len(values) < head + len(pull_floors):
+        raise FairShareUnavailable(f"unexpected reply of {len(reply)} values from the script")
     counters = {acct: float(v) if v else None for acct, v in zip(pull, values, strict=False)}
     floors = {
         model: float(v) if v else None
-        for model, v in zip(pull_floors, values[len(pull) :], strict=True)
+        for model, v in zip(pull_floors, values[len(pull) : head], strict=True)
     }
-    return Pulled(counters, floors)
+    pending: dict[str, dict[str, float]] = {}
+    i = head
+    for model in pull_floors:
+        k = int(values[i])
+        by_user: dict[str, float] = {}
+        for j in range(i + 1, i + 1 + 2 * k, 2):
+            by_user[values[j]] = by_user.get(values[j], 0.0) + float(values[j + 1])
+        if by_user:
+            pending[model] = by_user
+        i += 1 + 2 * k
+    if i != len(values):
+        raise FairShareUnavailable(f"unexpected reply of {len(reply)} values from the script")
+    return Pulled(counters, floors, pending)
