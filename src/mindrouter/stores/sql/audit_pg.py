@@ -2,11 +2,13 @@
 
 Every request writes its audit record before any GPU work and its outcome after, so these two
 statements are the gateway's most frequent database work. Through SQLAlchemy a one-row
-transaction costs about 1.2–1.5 ms of CPU here (statement compilation and caching, the execution
-context, the greenlet bridge, the pool); the same transaction straight on asyncpg costs about
-0.4–0.5 ms (measured by `bench/overhead`, see docs/benchmarks.md). The writer runs one
-transaction at a time, so one connection is all it needs, and no pool ping either: a connection
-the server dropped fails its batch, which is sent once more on a new connection.
+transaction costs about 1.2–1.5 ms of CPU on the 2-core benchmark machine (statement compilation
+and caching, the execution context, the greenlet bridge, the pool and its ping); the same
+transaction straight on asyncpg about 0.4–0.5 ms. Per request of the governed benchmark profile
+that is 1.3 ms of CPU less and a median 5 ms shorter (`python -m bench.overhead.profile
+--compare default,sqlalchemy-audit`, bench/results/overhead-variants-governed.md). The writer
+runs one transaction at a time, so one connection is all it needs, and no pool ping either: a
+connection the server dropped fails its batch, which is sent once more on a new connection.
 
 Values are converted here the way the SQLAlchemy column types would (`columns.UtcDateTime`:
 aware datetimes stored as naive UTC; JSON as text), so rows written either way read back alike.
