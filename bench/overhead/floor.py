@@ -71,7 +71,7 @@ async def relay(request):
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     async with session.post(UPSTREAM, data=body, headers={"content-type": "application/json"}) as r:
         data = await r.read()
-    return Response(data, status=r.status, media_type="application/json")
+    return Response(data, status_code=r.status, media_type="application/json")
 
 
 app = Starlette(routes=[
@@ -95,6 +95,8 @@ async def measure(server: Server, path: str, rate: float, duration: float) -> di
     results, _ = await open_loop(pool, raw, rate, duration)
     cpu = server.cpu() - cpu0
     ok = [r for r in results if r.ok]
+    if not ok:
+        raise RuntimeError(f"every request to {server.name} {path} failed; see {server.log}")
     lat = [r.latency * 1000 for r in ok]
     return {
         "p50": percentile(lat, 50),
