@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mindrouter.routing.breaker import Breaker
+from mindrouter.routing.breaker import Breaker, Unsent
 
 T0 = 1000.0
 
@@ -192,3 +192,16 @@ def test_a_probe_elsewhere_keeps_this_process_out_and_its_own_survives_adoption(
     assert b.state(T0) == "open" and b.probe_here
     b.on_abandoned()
     assert b.unsent is not None and b.unsent.release_probe
+
+
+def test_a_released_probe_stays_released_when_an_exchange_is_given_back() -> None:
+    b = shared()
+    b.adopt(failures=3, open_in=0.0, probing=False, opened_total=1, now=T0)
+    b.on_attempt(T0)
+    b.on_abandoned()
+    taken = b.take_unsent()
+    assert taken.release_probe
+    b.give_back(taken)  # the exchange failed
+    assert b.unsent is not None and b.unsent.release_probe
+    # A failure after it ends the probe anyway; nothing left to release.
+    assert not Unsent(release_probe=True).then(Unsent(failures=1)).release_probe

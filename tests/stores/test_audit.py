@@ -288,3 +288,23 @@ async def test_completions_are_gathered_into_one_transaction(stores: SqlStores) 
     await stores.audit.begin(start(unique("u")))
     assert stores.audit.stats.begun == before + 1
     assert stores.audit.stats.completed == 20
+
+
+@pytest.mark.parametrize("engine", ["postgresql", "mariadb"])
+async def test_one_refused_outcome_does_not_drop_the_others(
+    engine: str, session_databases: SessionDatabases
+) -> None:
+    stores = open_stores(session_databases.url(engine), hasher=FAST_HASHER)
+    try:
+        records = [start(unique("u")) for _ in range(3)]
+        for r in records:
+            await stores.audit.begin(r)
+        for i, r in enumerate(records):
+            # The status column holds 16 characters; the server refuses a longer one.
+            status = "x" * 40 if i == 1 else "ok"
+            stores.audit.complete(r.uuid, AuditOutcome(status=status, input_tokens=i))  # type: ignore[arg-type]
+        await stores.audit.flush()
+        seen = [await stores.audit_log.get(r.uuid) for r in records]
+        assert [s.status if s else None for s in seen] == ["ok", "pending", "ok"]
+    finally:
+        await stores.aclose()

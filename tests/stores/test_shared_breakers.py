@@ -209,3 +209,25 @@ async def test_a_healthy_backend_costs_no_writes(deployment: Deployment) -> None
     assert not backend.breaker.unsent
     assert await shared.sync()
     assert [k async for k in deployment.admin.scan_iter(match=f"{deployment.prefix}*")] == []
+
+
+async def test_only_the_probe_owner_can_release_it(deployment: Deployment) -> None:
+    (a, ba), (b, bb) = deployment.process(threshold=1), deployment.process(threshold=1)
+    fail(ba)
+    await sync_all(a, b)
+    await asyncio.sleep(COOLDOWN + 0.05)
+    now = asyncio.get_running_loop().time()
+    ba.breaker.on_attempt(now)
+    assert await a.claim_probe(ba)
+    # B claimed locally, and its request was cancelled before Redis answered: it releases a
+    # probe it never held. A's probe must survive that.
+    bb.breaker.on_attempt(now)
+    bb.breaker.on_abandoned()
+    assert bb.breaker.unsent is not None and bb.breaker.unsent.release_probe
+    await sync_all(a, b)
+    assert bb.breaker.state(asyncio.get_running_loop().time()) == "open"  # still probing
+    cc_shared, cc = deployment.process(threshold=1)
+    assert await cc_shared.sync()
+    now = asyncio.get_running_loop().time()
+    cc.breaker.on_attempt(now)
+    assert not await cc_shared.claim_probe(cc)

@@ -188,16 +188,16 @@ class Gateway:
             try:
                 result = await call(adapter, await self._fit(flight, req, upstream, adapter))
             except UpstreamRejected:
-                backend.breaker.on_success()  # it answered; the request was at fault
+                self._verdict_ok(backend)  # it answered; the request was at fault
                 raise
             except UpstreamError as exc:
                 last = exc
                 self._attempt_failed(backend, exc)
                 continue
             except BaseException:
-                backend.breaker.on_abandoned()
+                self._no_verdict(backend)
                 raise
-            backend.breaker.on_success()
+            self._verdict_ok(backend)
             return result
         raise last or self._all_refused(spec)
 
@@ -240,6 +240,18 @@ class Gateway:
         ctx.attempts += 1
         ctx.attempt_started_at = now
 
+    def _verdict_ok(self, backend: BackendState) -> None:
+        """The backend answered (even if only to refuse the request)."""
+        backend.breaker.on_success()
+        if self.s.breakers is not None and backend.breaker.unsent:
+            self.s.breakers.changed()  # it closed: tell the other processes now
+
+    def _no_verdict(self, backend: BackendState) -> None:
+        """The attempt ended without saying anything about the backend; a probe is given back."""
+        backend.breaker.on_abandoned()
+        if self.s.breakers is not None and backend.breaker.unsent:
+            self.s.breakers.changed()
+
     def _attempt_failed(self, backend: BackendState, exc: UpstreamError) -> None:
         backend.breaker.on_failure(self.s.clock())
         if self.s.breakers is not None:
@@ -263,30 +275,31 @@ class Gateway:
                 try:
                     events = opener(adapter, await self._fit(flight, req, upstream, adapter))
                 except BaseException:
-                    backend.breaker.on_abandoned()
+                    self._no_verdict(backend)
                     raise
                 try:
                     first = await anext(events)
                 except StopAsyncIteration:
                     last = UpstreamUnavailable("the backend sent an empty stream", backend.name)
                 except UpstreamRejected:
-                    backend.breaker.on_success()
+                    self._verdict_ok(backend)
                     await events.aclose()
                     raise
                 except UpstreamError as exc:
                     last = exc
                 except BaseException:
-                    backend.breaker.on_abandoned()
+                    self._no_verdict(backend)
                     await events.aclose()
                     raise
                 else:
                     # The backend answered: that is what the breaker wants to know.
-                    backend.breaker.on_success()
+                    self._verdict_ok(backend)
                     ctx.first_token_at = self.s.clock()
                     backend.observe_ttft(ctx.first_token_at - ctx.attempt_started_at)
                     return self._relay(ctx, flight, req.model, first, events)
-                await events.aclose()
+                # The verdict first: closing the stream may fail or be cancelled too.
                 self._attempt_failed(backend, last)
+                await events.aclose()
             raise last or self._all_refused(spec)
         except BaseException as exc:
             cancelled = isinstance(exc, asyncio.CancelledError)

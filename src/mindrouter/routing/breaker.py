@@ -34,10 +34,12 @@ class Unsent:
         return self.reset or self.failures > 0 or self.release_probe
 
     def then(self, later: Unsent) -> Unsent:
-        """These events followed by `later` ones, folded the same way."""
+        """These events followed by `later` ones, folded the same way. A probe released earlier
+        stays released unless a later failure or reset ended the probe anyway."""
         if later.reset:
             return Unsent(True, later.failures, later.release_probe)
-        return Unsent(self.reset, self.failures + later.failures, later.release_probe)
+        release = later.release_probe or (self.release_probe and not later.failures)
+        return Unsent(self.reset, self.failures + later.failures, release)
 
 
 @dataclass(slots=True)

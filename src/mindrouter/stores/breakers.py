@@ -21,10 +21,15 @@ when a cooldown ends; each process turns "open for another N s" into its own mon
 Redis unreachable: the breakers work per process, as without Redis; events are kept and pushed
 when Redis answers again, and a probe is claimed locally. An exchange whose reply was lost may
 have been applied: its events are pushed again, so a failure may count twice (the breaker opens
-one failure early), never a success missed.
+one failure early). A success is pushed when the breaker this process sees has failures or a
+probe; one that lands within an exchange interval of another process's first failures is not,
+so "consecutive" is exact up to that interval.
 
-Keys: `{prefix}breaker:{backend}`, a hash (failures, open_until, probe_until, opened), kept for a
-day after its last change.
+The probe lease names its owner (this process's id), and only the owner's release clears it: a
+release from a process whose claim was refused, or sent twice, cannot free another's probe.
+
+Keys: `{prefix}breaker:{backend}`, a hash (failures, open_until, probe_until, probe_owner,
+opened), kept for a day after its last change.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Sequence
 
 from redis import exceptions as redis_errors
@@ -47,22 +53,24 @@ DEFAULT_INTERVAL = 0.1
 DEFAULT_PROBE_LEASE = 190.0
 _TTL_S = 86_400
 
-# KEYS: one hash per backend. ARGV: threshold, cooldown, ttl, then per key (reset, failures,
-# release). Reply: per key failures, seconds until the cooldown ends, probing (0/1), openings,
-# as strings (Lua numbers would be truncated to integers).
+# KEYS: one hash per backend. ARGV: threshold, cooldown, ttl, owner, then per key (reset,
+# failures, release). Reply: per key failures, seconds until the cooldown ends, probing (0/1),
+# openings, as strings (Lua numbers would be truncated to integers).
 _EXCHANGE = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local threshold, cooldown, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local owner = ARGV[4]
 local out = {}
 for i, key in ipairs(KEYS) do
-  local a = 3 + (i - 1) * 3
+  local a = 4 + (i - 1) * 3
   local reset, fails, release = ARGV[a + 1] == '1', tonumber(ARGV[a + 2]), ARGV[a + 3] == '1'
-  local h = redis.call('HMGET', key, 'failures', 'open_until', 'probe_until', 'opened')
+  local h = redis.call('HMGET', key, 'failures', 'open_until', 'probe_until', 'opened',
+    'probe_owner')
   local failures, open_until = tonumber(h[1]) or 0, tonumber(h[2]) or 0
   local probe_until, opened = tonumber(h[3]) or 0, tonumber(h[4]) or 0
   if reset then failures, open_until, probe_until = 0, 0, 0 end
-  if release then probe_until = 0 end
+  if release and h[5] == owner then probe_until = 0 end
   if fails > 0 then
     local before = failures
     failures = failures + fails
@@ -87,8 +95,8 @@ end
 return out
 """
 
-# KEYS[1]: the backend's hash. ARGV: threshold, lease, ttl. Reply 1: the caller may send (the
-# probe is its own, or the breaker is closed after all); 0: open, or another probe is running.
+# KEYS[1]: the backend's hash. ARGV: threshold, lease, ttl, owner. Reply 1: the caller may send
+# (the probe is its own, or the breaker is closed after all); 0: open, or another probe runs.
 _CLAIM = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -97,7 +105,8 @@ local failures, open_until = tonumber(h[1]) or 0, tonumber(h[2]) or 0
 local probe_until = tonumber(h[3]) or 0
 if failures < tonumber(ARGV[1]) then return 1 end
 if now < open_until or probe_until > now then return 0 end
-redis.call('HSET', KEYS[1], 'probe_until', string.format('%.6f', now + tonumber(ARGV[2])))
+redis.call('HSET', KEYS[1], 'probe_until', string.format('%.6f', now + tonumber(ARGV[2])),
+  'probe_owner', ARGV[4])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
 return 1
 """
@@ -134,6 +143,7 @@ class SharedBreakers:
         self._backends = list(backends)
         self._keys = [f"{prefix}breaker:{b.name}" for b in self._backends]
         self._key_of = dict(zip((b.name for b in self._backends), self._keys, strict=True))
+        self._owner = uuid.uuid4().hex  # names this process's probe leases
         self.interval = interval
         self.probe_lease = probe_lease
         self.timeout = timeout
@@ -199,7 +209,7 @@ class SharedBreakers:
             async with asyncio.timeout(self.timeout):
                 granted = await self._claim(
                     keys=[self._key_of[backend.name]],
-                    args=[b.threshold, repr(self.probe_lease), _TTL_S],
+                    args=[b.threshold, repr(self.probe_lease), _TTL_S, self._owner],
                 )
         except (redis_errors.RedisError, OSError, TimeoutError) as exc:
             self._degraded(f"{type(exc).__name__}: {exc}")
@@ -246,10 +256,12 @@ class SharedBreakers:
             try:
                 reply = await self._exchange(taken)
             except BreakersUnavailable as exc:
-                for b, events in zip(self._backends, taken, strict=True):
-                    b.breaker.give_back(events)
+                self._give_back(taken)
                 self._degraded(str(exc))
                 return False
+            except BaseException:
+                self._give_back(taken)  # cancelled (stop): the final sync pushes them
+                raise
             now = self._clock()
             for i, b in enumerate(self._backends):
                 failures, open_in, probing, opened = reply[4 * i : 4 * i + 4]
@@ -280,7 +292,7 @@ class SharedBreakers:
         if not self._backends:
             return []
         first = self._backends[0].breaker
-        args: list[str | int] = [first.threshold, repr(first.cooldown), _TTL_S]
+        args: list[str | int] = [first.threshold, repr(first.cooldown), _TTL_S, self._owner]
         for events in taken:
             args += [int(events.reset), events.failures, int(events.release_probe)]
         try:
@@ -292,6 +304,10 @@ class SharedBreakers:
         if len(values) != 4 * len(self._backends):
             raise BreakersUnavailable(f"unexpected reply of {len(values)} values from the script")
         return values
+
+    def _give_back(self, taken: Sequence[Unsent]) -> None:
+        for b, events in zip(self._backends, taken, strict=True):
+            b.breaker.give_back(events)
 
     def _degraded(self, reason: str) -> None:
         if self._down_since is None:

@@ -173,6 +173,11 @@ class LocalMirror:
         others = self._others_pending.get(model, {})
         return {u: own.get(u, 0.0) + others.get(u, 0.0) for u in users}
 
+    def forget_others_pending(self) -> None:
+        """The other processes' pending output is too old to believe (no exchange for longer
+        than it lives in the shared store): count only this process's until the next one."""
+        self._others_pending = {}
+
     # -- exchanges -------------------------------------------------------------------------------
 
     @property

@@ -122,6 +122,7 @@ class RedisFairShareState:
         # A process's pending output outlives it by this much at most (and survives this many
         # missed exchanges): long against the exchange interval, short against a stream.
         self._pending_ttl_ms = max(2000, int(sync_interval * 40_000))
+        self._last_ok = clock()
         self._mirror = LocalMirror(forget_after)
         self._script = lua.EXCHANGE
         self._sha: str | None = None
@@ -261,8 +262,12 @@ class RedisFairShareState:
                 pulled = await self._exchange(seq, batch)
             except FairShareUnavailable as exc:
                 self._degraded(str(exc))
+                if self._clock() - self._last_ok > self._pending_ttl_ms / 1000:
+                    # In Redis the other processes' parts have expired by now: so here.
+                    self._mirror.forget_others_pending()
                 return False
             self._in_doubt = None
+            self._last_ok = self._clock()
             self._mirror.merge(pulled)
             self.exchanges += 1
             if self._down_since is not None:

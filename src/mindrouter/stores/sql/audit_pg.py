@@ -19,7 +19,8 @@ row) or `AuditRowsRejected` (the server refused the rows).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +31,11 @@ from sqlalchemy.engine import URL, make_url
 from mindrouter.observability.logging import log
 
 CONNECT_TIMEOUT_S = 10.0
+# A statement that takes longer fails its batch (and drops the connection) instead of holding
+# every begin behind it: on a half-open connection nothing else would ever end the wait.
+COMMAND_TIMEOUT_S = 30.0
+# Reconnect this often, like the pool's recycle: after a failover the old server may answer on.
+MAX_CONNECTION_AGE_S = 1800.0
 
 INSERT_COLUMNS = (
     "uuid",
@@ -62,9 +68,12 @@ OUTCOME_COLUMNS = (
     "total_ms",
     "completed_at",
 )
+# ON CONFLICT: a batch whose COMMIT was lost with the connection may have been applied; sent
+# again, its rows must not fail on their unique uuid.
 _INSERT = (
     f"INSERT INTO audit_records ({', '.join(INSERT_COLUMNS)}) "
-    f"VALUES ({', '.join(f'${i + 1}' for i in range(len(INSERT_COLUMNS)))})"
+    f"VALUES ({', '.join(f'${i + 1}' for i in range(len(INSERT_COLUMNS)))}) "
+    "ON CONFLICT (uuid) DO NOTHING"
 )
 _COMPLETE = (
     "UPDATE audit_records SET "
@@ -81,9 +90,23 @@ class AuditRowsRejected(Exception):
     """PostgreSQL refused the rows (a constraint, a value it cannot store)."""
 
 
-def asyncpg_dsn(url: str | URL) -> str:
-    """The libpq-style DSN asyncpg takes, from a `postgresql+asyncpg://` URL."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+# Options of SQLAlchemy's asyncpg dialect that asyncpg itself does not take (it would send them
+# to the server as settings, and the server refuses unknown ones).
+_DIALECT_ONLY = (
+    "prepared_statement_cache_size",
+    "prepared_statement_name_func",
+    "async_creator_fn",
+)
+
+
+def connect_args(url: str | URL) -> dict[str, Any]:
+    """`asyncpg.connect` keyword arguments for a `postgresql+asyncpg://` URL, read the way the
+    SQLAlchemy dialect reads it, so the main engine and the audit connection agree."""
+    parsed = make_url(url)
+    args, kwargs = parsed.get_dialect()().create_connect_args(parsed)
+    if args:
+        raise ValueError("unexpected positional connection arguments for asyncpg")
+    return {k: v for k, v in kwargs.items() if k not in _DIALECT_ONLY}
 
 
 def _stored(value: Any) -> Any:
@@ -108,9 +131,11 @@ def outcome_args(row: dict[str, Any]) -> tuple[Any, ...]:
 
 
 class PgAuditConnection:
-    def __init__(self, url: str | URL) -> None:
-        self._dsn = asyncpg_dsn(url)
+    def __init__(self, url: str | URL, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._connect_args = connect_args(url)
         self._conn: asyncpg.Connection | None = None
+        self._connected_at = 0.0
+        self._clock = clock
 
     async def insert(self, rows: Sequence[dict[str, Any]]) -> None:
         await self._run(_INSERT, [insert_args(r) for r in rows])
@@ -138,12 +163,19 @@ class PgAuditConnection:
         try:
             async with conn.transaction():
                 await conn.executemany(sql, args)
-        except asyncpg.DataError as exc:  # a value asyncpg cannot encode; nothing was sent
-            raise AuditRowsRejected(f"{type(exc).__name__}: {exc}") from exc
+        except asyncpg.DataError as exc:
+            # A value asyncpg cannot encode; nothing was sent. Its message quotes the value (a
+            # piece of a prompt, say), so only the kind of error is passed on to the logs.
+            raise AuditRowsRejected(type(exc).__name__) from exc
         except asyncpg.PostgresError as exc:
-            if not conn.is_closed() and not isinstance(exc, asyncpg.PostgresConnectionError):
-                raise AuditRowsRejected(f"{type(exc).__name__}: {exc}") from exc
-            self._drop(conn)  # the server ended the session (terminated, shutting down)
+            about_rows = isinstance(
+                exc, asyncpg.IntegrityConstraintViolationError | asyncpg.DataError
+            ) or exc.sqlstate.startswith("22")  # class 22: data exceptions
+            if about_rows and not conn.is_closed():
+                raise AuditRowsRejected(f"{type(exc).__name__} ({exc.sqlstate})") from exc
+            # Anything else says more about the session than the rows (terminated, read-only
+            # after a failover, shutting down): start again on a new connection.
+            self._drop(conn)
             raise AuditConnectionLost(f"{type(exc).__name__}: {exc}") from exc
         except Exception as exc:
             # The connection broke (OSError, InterfaceError) or was left in a state asyncpg
@@ -154,12 +186,17 @@ class PgAuditConnection:
     async def _connection(self) -> asyncpg.Connection:
         conn = self._conn
         if conn is not None and not conn.is_closed():
-            return conn
+            if self._clock() - self._connected_at < MAX_CONNECTION_AGE_S:
+                return conn
+            self._drop(conn)
         try:
-            conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT_S)
+            conn = await asyncpg.connect(
+                **self._connect_args, timeout=CONNECT_TIMEOUT_S, command_timeout=COMMAND_TIMEOUT_S
+            )
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             raise AuditConnectionLost(f"{type(exc).__name__}: {exc}") from exc
         self._conn = conn
+        self._connected_at = self._clock()
         return conn
 
     def _drop(self, conn: asyncpg.Connection) -> None:

@@ -215,6 +215,8 @@ class AuditWriter:
                         continue
                 await self._write_completions()
                 self._oldest_completion = loop.time()
+            if self._closed and self.pg is not None:
+                await self.pg.close()  # outcomes queued after close() reopened it
         except BaseException as exc:
             # Cancelled (event loop shutting down) or a bug: nobody may wait forever.
             pending, self._begins = self._begins, []
@@ -257,6 +259,22 @@ class AuditWriter:
         self.stats.begun += len(rows)
         return None
 
+    async def _update(self, batch: list[dict[str, Any]]) -> None:
+        if self.pg is not None:
+            await self.pg.complete(batch)
+        else:
+            await self._execute(_COMPLETE, batch)
+
+    async def _complete_one_by_one(self, batch: list[dict[str, Any]]) -> None:
+        for row in batch:
+            try:
+                await self._update([row])
+            except WRITE_ERRORS as exc:
+                log.error("an audit outcome was refused", error=str(exc), uuid=row["b_uuid"])
+                continue
+            self.stats.complete_batches += 1
+            self.stats.completed += 1
+
     async def _execute(self, statement: Executable, rows: list[dict[str, Any]]) -> None:
         """One transaction; again on a fresh connection if the pooled one had been dropped."""
         try:
@@ -283,11 +301,12 @@ class AuditWriter:
         size = self.max_batch
         batch, self._completions = self._completions[:size], self._completions[size:]
         try:
-            if self.pg is not None:
-                await self.pg.complete(batch)
-            else:
-                await self._execute(_COMPLETE, batch)
+            await self._update(batch)
         except WRITE_ERRORS as exc:
+            if len(batch) > 1 and not _unreachable(exc):
+                # One outcome the database refuses must not take the others with it.
+                await self._complete_one_by_one(batch)
+                return
             self._complete_failures += 1
             if self._complete_failures >= COMPLETE_RETRIES:
                 log.error("audit outcomes dropped", error=str(exc), records=len(batch))
@@ -295,7 +314,10 @@ class AuditWriter:
                 return
             log.warning("audit outcomes not written yet; retrying", error=str(exc))
             self._completions[:0] = batch
-            await asyncio.sleep(0.1 * 2**self._complete_failures)
+            # Back off, but a begin arriving meanwhile is written at once.
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.1 * 2**self._complete_failures)
             return
         self._complete_failures = 0
         self.stats.complete_batches += 1
