@@ -41,13 +41,13 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from redis import exceptions as redis_errors
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio import Redis
 
 from mindrouter.observability.logging import log
 from mindrouter.routing.breaker import Unsent
 from mindrouter.routing.catalog import BackendState
+from mindrouter.stores.outage import Outage
+from mindrouter.stores.redis_client import short_timeout_client
 
 DEFAULT_INTERVAL = 0.1
 DEFAULT_PROBE_LEASE = 190.0
@@ -155,7 +155,11 @@ class SharedBreakers:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._down_since: float | None = None
+        self._outage = Outage(
+            "circuit breakers kept locally: Redis unreachable",
+            "circuit breakers shared through Redis again",
+            clock,
+        )
         self.exchanges = 0
         for b in self._backends:
             b.breaker.share()
@@ -172,16 +176,11 @@ class SharedBreakers:
     ) -> SharedBreakers:
         """Breakers owning a client with short timeouts and no retries: a retried exchange
         would push its failures twice."""
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=4,  # the exchange, claims of several half-open backends, stop()
-            timeout=timeout_seconds,
-            socket_connect_timeout=timeout_seconds,
-            socket_timeout=timeout_seconds,
-            retry=Retry(NoBackoff(), 0),
-        )
+        client = short_timeout_client(
+            url, max_connections=4, timeout_seconds=timeout_seconds
+        )  # the exchange, claims of several half-open backends, stop()
         return cls(
-            Redis.from_pool(pool),
+            client,
             backends,
             prefix,
             probe_lease=probe_lease,
@@ -192,7 +191,7 @@ class SharedBreakers:
     @property
     def healthy(self) -> bool:
         """Whether the last exchange reached Redis."""
-        return self._down_since is None
+        return not self._outage.ongoing
 
     # -- the request path ---------------------------------------------------------------------
 
@@ -267,12 +266,7 @@ class SharedBreakers:
                 failures, open_in, probing, opened = reply[4 * i : 4 * i + 4]
                 b.breaker.adopt(int(failures), float(open_in), probing == "1", int(opened), now)
             self.exchanges += 1
-            if self._down_since is not None:
-                log.info(
-                    "circuit breakers shared through Redis again",
-                    after_s=round(self._clock() - self._down_since, 3),
-                )
-                self._down_since = None
+            self._outage.succeeded()
             return True
 
     # -- internals ------------------------------------------------------------------------------
@@ -310,6 +304,4 @@ class SharedBreakers:
             b.breaker.give_back(events)
 
     def _degraded(self, reason: str) -> None:
-        if self._down_since is None:
-            self._down_since = self._clock()
-            log.warning("circuit breakers kept locally: Redis unreachable", reason=reason)
+        self._outage.failed(reason)

@@ -54,13 +54,13 @@ from contextlib import contextmanager
 from typing import Any, cast
 
 from redis import exceptions as redis_errors
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio import Redis
 
 from mindrouter.observability.logging import log
 from mindrouter.stores.fairshare import lua
 from mindrouter.stores.fairshare.mirror import Account, Batch, LocalMirror, Pulled
+from mindrouter.stores.outage import Outage
+from mindrouter.stores.redis_client import short_timeout_client
 
 DEFAULT_SYNC_INTERVAL = 0.05
 _SENDER_TTL_S = 86_400
@@ -131,7 +131,11 @@ class RedisFairShareState:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
-        self._down_since: float | None = None
+        self._outage = Outage(
+            "fair-share counters kept locally: Redis unreachable",
+            "fair-share counters shared through Redis again",
+            clock,
+        )
         self.exchanges = 0
         self.failures = 0
 
@@ -146,16 +150,11 @@ class RedisFairShareState:
         on_degraded: Callable[[str], None] | None = None,
     ) -> RedisFairShareState:
         """A state owning a client with short timeouts and no retries (see the module doc)."""
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=2,  # one exchange at a time, plus one for a concurrent stop()
-            timeout=timeout_seconds,
-            socket_connect_timeout=timeout_seconds,
-            socket_timeout=timeout_seconds,
-            retry=Retry(NoBackoff(), 0),
-        )
+        client = short_timeout_client(
+            url, max_connections=2, timeout_seconds=timeout_seconds
+        )  # one exchange at a time, plus one for a concurrent stop()
         return cls(
-            Redis.from_pool(pool),
+            client,
             prefix,
             sync_interval,
             timeout=2 * timeout_seconds,
@@ -200,7 +199,7 @@ class RedisFairShareState:
     @property
     def healthy(self) -> bool:
         """Whether the last exchange reached Redis."""
-        return self._down_since is None
+        return not self._outage.ongoing
 
     @property
     def pending(self) -> int:
@@ -270,12 +269,7 @@ class RedisFairShareState:
             self._last_ok = self._clock()
             self._mirror.merge(pulled)
             self.exchanges += 1
-            if self._down_since is not None:
-                log.info(
-                    "fair-share counters shared through Redis again",
-                    after_s=round(self._clock() - self._down_since, 3),
-                )
-                self._down_since = None
+            self._outage.succeeded()
             return True
 
     # -- internals ------------------------------------------------------------------------------
@@ -293,13 +287,7 @@ class RedisFairShareState:
 
     def _degraded(self, reason: str) -> None:
         self.failures += 1
-        if self._down_since is None:
-            self._down_since = self._clock()
-            log.warning(
-                "fair-share counters kept locally: Redis unreachable",
-                reason=reason,
-                pending=self.pending,
-            )
+        self._outage.failed(reason, pending=self.pending)
         if self._on_degraded is not None:
             self._on_degraded(reason)
 

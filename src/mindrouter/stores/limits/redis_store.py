@@ -28,9 +28,7 @@ from typing import Any, cast
 from uuid import uuid4
 
 from redis import exceptions as redis_errors
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from redis.asyncio import Redis
 
 from mindrouter.errors import Overloaded
 from mindrouter.stores.limits import lua
@@ -45,6 +43,7 @@ from mindrouter.stores.limits.model import (
     rate_limited,
     validate_tokens,
 )
+from mindrouter.stores.redis_client import short_timeout_client
 
 # Garbage collection only (Redis's own clock); the scripts decide expiry by the caller's `now`.
 _TTL_SLACK_MS = 60_000
@@ -126,15 +125,10 @@ class RedisLimitStore:
         """A store owning a client with short timeouts, no retries (see the module doc) and a
         blocking pool: a burst waits for a connection instead of failing with "Too many
         connections", which the default pool does past its size."""
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=timeout_seconds,
-            socket_connect_timeout=timeout_seconds,
-            socket_timeout=timeout_seconds,
-            retry=Retry(NoBackoff(), 0),
+        client = short_timeout_client(
+            url, max_connections=max_connections, timeout_seconds=timeout_seconds
         )
-        return cls(Redis.from_pool(pool), prefix, lease_seconds=lease_seconds, owns_client=True)
+        return cls(client, prefix, lease_seconds=lease_seconds, owns_client=True)
 
     def _user_keys(self, user: str) -> list[str]:
         p = self._prefix

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from mindrouter.errors import InternalError
 from mindrouter.observability.logging import log
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
-from mindrouter.stores.sql.audit_pg import AuditRowsRejected, PgAuditConnection
+from mindrouter.stores.sql.audit_pg import OUTCOME_COLUMNS, AuditRowsRejected, PgAuditConnection
 from mindrouter.stores.sql.schema import audit_records
 from mindrouter.stores.sql.transactions import DATABASE_ERRORS
 
@@ -104,24 +104,7 @@ def outcome_values(uuid: str, outcome: AuditOutcome) -> dict[str, Any]:
 _COMPLETE = (
     update(audit_records)
     .where(audit_records.c.uuid == bindparam("b_uuid"))
-    .values(
-        {
-            name: bindparam(f"b_{name}")
-            for name in (
-                "status",
-                "output",
-                "input_tokens",
-                "output_tokens",
-                "error_message",
-                "backend",
-                "attempts",
-                "queued_ms",
-                "first_token_ms",
-                "total_ms",
-                "completed_at",
-            )
-        }
-    )
+    .values({name: bindparam(f"b_{name}") for name in OUTCOME_COLUMNS})
 )
 
 
