@@ -104,7 +104,8 @@ class FairQueue:
             return None
         # The formula of `policy.rank`, inlined and compared field by field without building
         # tuples: this loop over every waiting user is the whole cost of a decision, and
-        # allocating nothing keeps the garbage collector out of it (tests check that both agree).
+        # allocating nothing in it (the two reads below are its only dicts) keeps the garbage
+        # collector out of it (tests check that both agree).
         counters = self.state.get_many(model, per_user)
         pending = self.state.pending_many(model, per_user)
         served = self._last_served.get(model, {})
