@@ -134,7 +134,11 @@ async def test_exactly_one_probe_in_the_whole_deployment(deployment: Deployment)
         assert b.breaker.open_until - asyncio.get_running_loop().time() > COOLDOWN / 2
 
 
-async def test_an_abandoned_probe_lets_another_process_probe(deployment: Deployment) -> None:
+async def a_probes_b_waits(
+    deployment: Deployment,
+) -> tuple[tuple[SharedBreakers, BackendState], tuple[SharedBreakers, BackendState], float]:
+    """Two processes whose shared breaker (threshold 1) opened and cooled down; the first holds
+    the probe, the second has not heard of it yet. Returns both and the time of the claim."""
     (a, ba), (b, bb) = deployment.process(threshold=1), deployment.process(threshold=1)
     fail(ba)
     await sync_all(a, b)
@@ -142,6 +146,11 @@ async def test_an_abandoned_probe_lets_another_process_probe(deployment: Deploym
     now = asyncio.get_running_loop().time()
     ba.breaker.on_attempt(now)
     assert await a.claim_probe(ba)
+    return (a, ba), (b, bb), now
+
+
+async def test_an_abandoned_probe_lets_another_process_probe(deployment: Deployment) -> None:
+    (a, ba), (b, bb), now = await a_probes_b_waits(deployment)
     bb.breaker.on_attempt(now)
     assert not await b.claim_probe(bb)
     ba.breaker.on_abandoned()  # the client left before the backend said anything
@@ -212,13 +221,7 @@ async def test_a_healthy_backend_costs_no_writes(deployment: Deployment) -> None
 
 
 async def test_only_the_probe_owner_can_release_it(deployment: Deployment) -> None:
-    (a, ba), (b, bb) = deployment.process(threshold=1), deployment.process(threshold=1)
-    fail(ba)
-    await sync_all(a, b)
-    await asyncio.sleep(COOLDOWN + 0.05)
-    now = asyncio.get_running_loop().time()
-    ba.breaker.on_attempt(now)
-    assert await a.claim_probe(ba)
+    (a, _), (b, bb), now = await a_probes_b_waits(deployment)
     # B claimed locally, and its request was cancelled before Redis answered: it releases a
     # probe it never held. A's probe must survive that.
     bb.breaker.on_attempt(now)

@@ -231,9 +231,8 @@ class Gateway:
         )
 
     def _start_attempt(self, ctx: RequestContext, flight: Flight, backend: BackendState) -> None:
-        flight.take(backend)
+        flight.take(backend)  # the breaker's probe, if any, was claimed by _may_try
         now = self.s.clock()
-        backend.breaker.on_attempt(now)
         if ctx.attempts == 0:
             own = now - ctx.received_at - ctx.queued_s
             self.s.metrics.overhead.labels(ctx.dialect).observe(max(0.0, own))
@@ -243,19 +242,22 @@ class Gateway:
     def _verdict_ok(self, backend: BackendState) -> None:
         """The backend answered (even if only to refuse the request)."""
         backend.breaker.on_success()
-        if self.s.breakers is not None and backend.breaker.unsent:
-            self.s.breakers.changed()  # it closed: tell the other processes now
+        self._tell_others(backend)
 
     def _no_verdict(self, backend: BackendState) -> None:
         """The attempt ended without saying anything about the backend; a probe is given back."""
         backend.breaker.on_abandoned()
+        self._tell_others(backend)
+
+    def _tell_others(self, backend: BackendState) -> None:
+        """A breaker event worth sharing (it recorded something to push): exchange now rather
+        than at the next interval. Successes of a closed breaker record nothing."""
         if self.s.breakers is not None and backend.breaker.unsent:
             self.s.breakers.changed()
 
     def _attempt_failed(self, backend: BackendState, exc: UpstreamError) -> None:
         backend.breaker.on_failure(self.s.clock())
-        if self.s.breakers is not None:
-            self.s.breakers.changed()
+        self._tell_others(backend)
         backend.last_error = exc.message
         log.warning("backend attempt failed", backend=backend.name, error=exc.message)
 

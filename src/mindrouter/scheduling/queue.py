@@ -65,9 +65,8 @@ class FairQueue:
         self._flights: dict[str, _Flight] = {}
         # model -> user -> jobs waiting or in flight; an account is active while present
         self._active: dict[str, dict[str, int]] = {}
-        # model -> user -> weighted output this process expects from running jobs (published to
-        # the state, which sums it over every process for the ranking) / time of last dispatch
-        self._pending: dict[str, dict[str, float]] = {}
+        # model -> user -> time of the account's last dispatch. The output still expected from
+        # running jobs lives in the state (`add_pending`), which sums it over every process.
         self._last_served: dict[str, dict[str, float]] = {}
         self._weights: dict[Account, float] = {}
 
@@ -169,9 +168,7 @@ class FairQueue:
         self.state.charge(job.model, job.user, costs.prompt * job.est_prompt_tokens / job.weight)
         pending = costs.output * job.est_output_tokens / job.weight
         self._flights[job.id] = _Flight(job, pending=pending)
-        by_user = self._pending.setdefault(job.model, {})
-        by_user[job.user] = by_user.get(job.user, 0.0) + pending
-        self.state.set_pending(job.model, job.user, by_user[job.user])
+        self.state.add_pending(job.model, job.user, pending)
         self._last_served.setdefault(job.model, {})[job.user] = now
 
     def charge(self, job: Job, output_tokens: int) -> None:
@@ -185,9 +182,7 @@ class FairQueue:
         covered = min(flight.pending, amount)
         if covered:
             flight.pending -= covered
-            by_user = self._pending[job.model]
-            by_user[job.user] -= covered
-            self.state.set_pending(job.model, job.user, by_user[job.user])
+            self.state.add_pending(job.model, job.user, -covered)
 
     def on_complete(
         self, job: Job, actual_prompt: int | None = None, actual_output: int | None = None
@@ -206,11 +201,9 @@ class FairQueue:
             correction += costs.output * (actual_output - flight.streamed)
         if correction:
             self.state.charge(job.model, job.user, correction / job.weight)
-        by_user = self._pending[job.model]
-        left = by_user[job.user] - flight.pending
-        # Floats drift; an account with nothing left in flight owes exactly nothing.
-        by_user[job.user] = left if left > 1e-9 else 0.0
-        self.state.set_pending(job.model, job.user, by_user[job.user])
+        if flight.pending:
+            # What it was still expected to produce; the state snaps a drifted total to zero.
+            self.state.add_pending(job.model, job.user, -flight.pending)
         self._release_activity(job)
 
     # -- views -------------------------------------------------------------------------------

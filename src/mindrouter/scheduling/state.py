@@ -10,9 +10,9 @@ floor, the "virtual time" of that model: the highest value ever seen of the lowe
 its active users. A user who becomes active again is lifted relative to it (see `queue.py`).
 
 Each account also has its *pending* output: the weighted output still expected from its jobs
-running now (the queue ranks by counter + pending, see `policy.py`). Each process sets its own
-part as a value (`set_pending`); `pending_many` reads the sum over every process, so a replica
-sees that another has just given a user a slot before that stream's tokens are charged.
+running now (the queue ranks by counter + pending, see `policy.py`). Each process changes its
+own part (`add_pending`); `pending_many` reads the sum over every process, so a replica sees
+that another has just given a user a slot before that stream's tokens are charged.
 
 Every counter write is commutative: `charge` adds (corrections may add a negative amount),
 `lift` and `raise_floor` take a maximum. That is what lets a shared implementation (Redis: one
@@ -26,6 +26,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Protocol
+
+# Floats drift: an account whose pending output is this close to zero owes nothing.
+PENDING_EPSILON = 1e-9
 
 
 class FairShareState(Protocol):
@@ -53,8 +56,10 @@ class FairShareState(Protocol):
         """Raises the model's virtual time to at least `to` and returns the new value."""
         ...
 
-    def set_pending(self, model: str, user: str, value: float) -> None:
-        """This process's pending output for the account (an absolute value, not a change)."""
+    def add_pending(self, model: str, user: str, amount: float) -> None:
+        """Changes this process's pending output for the account by `amount` (positive when a
+        job is dispatched, negative as it streams and when it ends); a total that drifts to
+        within `PENDING_EPSILON` of zero is zero."""
         ...
 
     def pending_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
@@ -102,9 +107,10 @@ class InMemoryFairShareState:
         self._floors[model] = value
         return value
 
-    def set_pending(self, model: str, user: str, value: float) -> None:
+    def add_pending(self, model: str, user: str, amount: float) -> None:
         by_user = self._pending.setdefault(model, {})
-        if value > 0:
+        value = by_user.get(user, 0.0) + amount
+        if value > PENDING_EPSILON:
             by_user[user] = value
         else:
             by_user.pop(user, None)

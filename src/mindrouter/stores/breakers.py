@@ -35,7 +35,6 @@ opened), kept for a day after its last change.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -43,11 +42,10 @@ from collections.abc import Callable, Sequence
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from mindrouter.observability.logging import log
 from mindrouter.routing.breaker import Unsent
 from mindrouter.routing.catalog import BackendState
-from mindrouter.stores.outage import Outage
-from mindrouter.stores.redis_client import short_timeout_client
+from mindrouter.stores.outage import Outage, exchange_forever
+from mindrouter.stores.redis_client import short_timeout_client, text_of
 
 DEFAULT_INTERVAL = 0.1
 DEFAULT_PROBE_LEASE = 190.0
@@ -116,10 +114,6 @@ class BreakersUnavailable(Exception):
     """Redis did not complete an exchange or a claim."""
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class SharedBreakers:
     """The breakers of `backends`, kept in step with every other process through Redis."""
 
@@ -176,9 +170,8 @@ class SharedBreakers:
     ) -> SharedBreakers:
         """Breakers owning a client with short timeouts and no retries: a retried exchange
         would push its failures twice."""
-        client = short_timeout_client(
-            url, max_connections=4, timeout_seconds=timeout_seconds
-        )  # the exchange, claims of several half-open backends, stop()
+        # Connections for the exchange, claims of several half-open backends, and stop().
+        client = short_timeout_client(url, max_connections=4, timeout_seconds=timeout_seconds)
         return cls(
             client,
             backends,
@@ -211,7 +204,7 @@ class SharedBreakers:
                     args=[b.threshold, repr(self.probe_lease), _TTL_S, self._owner],
                 )
         except (redis_errors.RedisError, OSError, TimeoutError) as exc:
-            self._degraded(f"{type(exc).__name__}: {exc}")
+            self._outage.failed(f"{type(exc).__name__}: {exc}")
             return True
         except BaseException:
             b.on_abandoned()  # cancelled while asking: the lease, if set, is given back
@@ -229,7 +222,15 @@ class SharedBreakers:
     async def start(self) -> None:
         if self._task is None:
             self._stopping.clear()
-            self._task = asyncio.create_task(self._run(), name="breaker-sync")
+            run = exchange_forever(
+                self.sync,
+                self._stopping,
+                interval=self.interval,
+                retry_after=self.retry_after,
+                what="breaker",
+                wake=self._wake,
+            )
+            self._task = asyncio.create_task(run, name="breaker-sync")
 
     async def stop(self) -> None:
         """Stops the exchanges, pushes what is left, and closes an owned client."""
@@ -256,7 +257,7 @@ class SharedBreakers:
                 reply = await self._exchange(taken)
             except BreakersUnavailable as exc:
                 self._give_back(taken)
-                self._degraded(str(exc))
+                self._outage.failed(str(exc))
                 return False
             except BaseException:
                 self._give_back(taken)  # cancelled (stop): the final sync pushes them
@@ -271,17 +272,6 @@ class SharedBreakers:
 
     # -- internals ------------------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.clear()
-            try:
-                ok = await self.sync()
-            except Exception as exc:  # a bug must not stop the sharing for good
-                log.error("breaker sync failed", exc_info=exc)
-                ok = False
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval if ok else self.retry_after)
-
     async def _exchange(self, taken: Sequence[Unsent]) -> list[str]:
         if not self._backends:
             return []
@@ -294,7 +284,7 @@ class SharedBreakers:
                 reply = await self._exchange_script(keys=self._keys, args=args)
         except (redis_errors.RedisError, OSError, TimeoutError) as exc:
             raise BreakersUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        values = [_text(v) for v in reply]
+        values = [text_of(v) for v in reply]
         if len(values) != 4 * len(self._backends):
             raise BreakersUnavailable(f"unexpected reply of {len(values)} values from the script")
         return values
@@ -302,6 +292,3 @@ class SharedBreakers:
     def _give_back(self, taken: Sequence[Unsent]) -> None:
         for b, events in zip(self._backends, taken, strict=True):
             b.breaker.give_back(events)
-
-    def _degraded(self, reason: str) -> None:
-        self._outage.failed(reason)

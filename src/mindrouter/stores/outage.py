@@ -1,10 +1,12 @@
-"""An outage of a shared store, as a background exchange sees it: logged when it starts and when
-it ends, not once per failed attempt in between."""
+"""The background exchange of a shared store with Redis: the loop that runs it, and its outages,
+logged when they start and when they end, not once per failed attempt in between."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mindrouter.observability.logging import log
@@ -30,3 +32,28 @@ class Outage:
         if self.since is not None:
             log.info(self._back_message, after_s=round(self._clock() - self.since, 3))
             self.since = None
+
+
+async def exchange_forever(
+    sync: Callable[[], Awaitable[bool]],
+    stopping: asyncio.Event,
+    *,
+    interval: float,
+    retry_after: float,
+    what: str,
+    wake: asyncio.Event | None = None,
+) -> None:
+    """Calls `sync` every `interval` seconds (`retry_after` after one that failed) until
+    `stopping` is set. `wake`, set by whoever has news (and by whoever sets `stopping`), cuts the
+    pause short."""
+    alarm = wake or stopping
+    while not stopping.is_set():
+        if wake is not None:
+            wake.clear()
+        try:
+            ok = await sync()
+        except Exception as exc:  # a bug must not stop the sharing for good
+            log.error(f"{what} sync failed", exc_info=exc)
+            ok = False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(alarm.wait(), interval if ok else retry_after)

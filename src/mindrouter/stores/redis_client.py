@@ -22,3 +22,8 @@ def short_timeout_client(url: str, *, max_connections: int, timeout_seconds: flo
         retry=Retry(NoBackoff(), 0),
     )
     return Redis.from_pool(pool)
+
+
+def text_of(value: object) -> str:
+    """A reply value as text: redis-py returns bytes unless the client decodes responses."""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -143,14 +143,14 @@ def test_forget_after_must_be_positive() -> None:
 
 def test_pending_output_is_published_whole_every_exchange_and_once_when_gone() -> None:
     m = LocalMirror()
-    m.set_pending("chat", "alice", 120.0)
-    m.set_pending("chat", "bob", 30.0)
+    m.add_pending("chat", "alice", 120.0)
+    m.add_pending("chat", "bob", 30.0)
     first = m.take_batch(0.0)
     assert first.publish == {"chat": {"alice": 120.0, "bob": 30.0}}
     # Unchanged, it goes again (that refreshes its expiry in the shared store).
     assert m.take_batch(0.1).publish == {"chat": {"alice": 120.0, "bob": 30.0}}
-    m.set_pending("chat", "alice", 0.0)
-    m.set_pending("chat", "bob", 0.0)
+    m.add_pending("chat", "alice", -120.0)
+    m.add_pending("chat", "bob", -30.0)
     # Gone to nothing: published once as empty, then no more.
     assert m.take_batch(0.2).publish == {"chat": {}}
     assert m.take_batch(0.3).publish == {}
@@ -158,7 +158,7 @@ def test_pending_output_is_published_whole_every_exchange_and_once_when_gone() -
 
 def test_pending_reads_add_the_other_processes_part() -> None:
     m = LocalMirror()
-    m.set_pending("chat", "alice", 100.0)
+    m.add_pending("chat", "alice", 100.0)
     assert m.pending_many("chat", ["alice", "bob"]) == {"alice": 100.0, "bob": 0.0}
     batch = m.take_batch(0.0)
     assert "chat" in batch.pull_floors  # the others' part of this model is asked for
@@ -166,6 +166,6 @@ def test_pending_reads_add_the_other_processes_part() -> None:
     assert m.pending_many("chat", ["alice", "bob"]) == {"alice": 140.0, "bob": 7.0}
     # The in-process state answers the same way for one process.
     mem = InMemoryFairShareState()
-    mem.set_pending("chat", "alice", 100.0)
-    mem.set_pending("chat", "alice", 0.0)
+    mem.add_pending("chat", "alice", 100.0)
+    mem.add_pending("chat", "alice", -100.0)
     assert mem.pending_many("chat", ["alice"]) == {"alice": 0.0}

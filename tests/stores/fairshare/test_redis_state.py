@@ -355,9 +355,9 @@ async def test_each_process_schedules_on_everyones_usage(redis_shared: SharedRed
 
 async def test_pending_output_is_summed_over_processes(redis_shared: SharedRedis) -> None:
     a, b, c = redis_shared.state(), redis_shared.state(), redis_shared.state()
-    a.set_pending("chat", "alice", 300.0)
-    b.set_pending("chat", "alice", 200.0)
-    b.set_pending("chat", "bob", 50.0)
+    a.add_pending("chat", "alice", 300.0)
+    b.add_pending("chat", "alice", 200.0)
+    b.add_pending("chat", "bob", 50.0)
     c.pending_many("chat", ["alice"])  # c only reads
     # Before an exchange each process knows its own part only.
     assert a.pending_many("chat", ["alice", "bob"]) == {"alice": 300.0, "bob": 0.0}
@@ -365,10 +365,10 @@ async def test_pending_output_is_summed_over_processes(redis_shared: SharedRedis
     assert a.pending_many("chat", ["alice", "bob"]) == {"alice": 500.0, "bob": 50.0}
     assert b.pending_many("chat", ["alice", "bob"]) == {"alice": 500.0, "bob": 50.0}
     assert c.pending_many("chat", ["alice", "bob"]) == {"alice": 500.0, "bob": 50.0}
-    # Values, not changes: setting again replaces, and zero takes a part out.
-    a.set_pending("chat", "alice", 100.0)
-    b.set_pending("chat", "alice", 0.0)
-    b.set_pending("chat", "bob", 0.0)
+    # Each process changes its own part; a part back at zero is taken out.
+    a.add_pending("chat", "alice", -200.0)
+    b.add_pending("chat", "alice", -200.0)
+    b.add_pending("chat", "bob", -50.0)
     await sync_all(a, b, c)
     assert c.pending_many("chat", ["alice", "bob"]) == {"alice": 100.0, "bob": 0.0}
     assert b.pending_many("chat", ["alice", "bob"]) == {"alice": 100.0, "bob": 0.0}
@@ -378,7 +378,7 @@ async def test_pending_output_is_summed_over_processes(redis_shared: SharedRedis
 
 async def test_a_process_that_stops_exchanging_stops_counting(redis_shared: SharedRedis) -> None:
     gone, stays = redis_shared.state(), redis_shared.state()
-    gone.set_pending("chat", "alice", 400.0)
+    gone.add_pending("chat", "alice", 400.0)
     stays.pending_many("chat", ["alice"])
     await sync_all(gone, stays)
     assert stays.pending_many("chat", ["alice"]) == {"alice": 400.0}

@@ -24,7 +24,7 @@ Pending output (the weighted output still expected from running jobs) is not a c
 process publishes its own part as absolute values, under a key of its own that expires unless
 refreshed, and reads the others' parts back. A process that dies mid-stream therefore stops
 counting after the expiry instead of leaving its users' pending output behind for ever. The
-mirror keeps this process's part (`set_pending`), hands all of it out at each exchange, and
+mirror keeps this process's part (`add_pending`), hands all of it out at each exchange, and
 answers `pending_many` with its own part plus the others' as last pulled.
 
 Pure and synchronous; `redis_state.py` does the I/O.
@@ -35,6 +35,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from mindrouter.scheduling.state import PENDING_EPSILON
 
 Account = tuple[str, str]  # (model, user)
 
@@ -156,14 +158,15 @@ class LocalMirror:
         self._floor_view[model] = value
         return value
 
-    def set_pending(self, model: str, user: str, value: float) -> None:
+    def add_pending(self, model: str, user: str, amount: float) -> None:
         self._models.add(model)
-        by_user = self._own_pending.get(model)
-        if value > 0:
-            if by_user is None:
-                by_user = self._own_pending[model] = {}
+        by_user = self._own_pending.setdefault(model, {})
+        value = by_user.get(user, 0.0) + amount
+        if value > PENDING_EPSILON:
             by_user[user] = value
-        elif by_user is not None and by_user.pop(user, None) is not None and not by_user:
+            return
+        by_user.pop(user, None)
+        if not by_user:
             del self._own_pending[model]
             self._emptied.add(model)
 

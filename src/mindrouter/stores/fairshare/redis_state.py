@@ -45,7 +45,6 @@ keys of several models, which Redis Cluster would reject.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 import uuid
@@ -59,8 +58,8 @@ from redis.asyncio import Redis
 from mindrouter.observability.logging import log
 from mindrouter.stores.fairshare import lua
 from mindrouter.stores.fairshare.mirror import Account, Batch, LocalMirror, Pulled
-from mindrouter.stores.outage import Outage
-from mindrouter.stores.redis_client import short_timeout_client
+from mindrouter.stores.outage import Outage, exchange_forever
+from mindrouter.stores.redis_client import short_timeout_client, text_of
 
 DEFAULT_SYNC_INTERVAL = 0.05
 _SENDER_TTL_S = 86_400
@@ -80,10 +79,6 @@ def _unavailable_on_redis_errors() -> Iterator[None]:
 
 def _num(value: float) -> str:
     return repr(float(value))
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 async def _await(result: Awaitable[Any] | Any) -> Any:
@@ -188,8 +183,8 @@ class RedisFairShareState:
             raise ValueError(f"a floor must be finite, got {to}")
         return self._mirror.raise_floor(model, to)
 
-    def set_pending(self, model: str, user: str, value: float) -> None:
-        self._mirror.set_pending(model, user, value)
+    def add_pending(self, model: str, user: str, amount: float) -> None:
+        self._mirror.add_pending(model, user, amount)
 
     def pending_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
         return self._mirror.pending_many(model, users)
@@ -215,7 +210,14 @@ class RedisFairShareState:
         """Starts the background exchanges (a first one right away)."""
         if self._task is None:
             self._stopping.clear()
-            self._task = asyncio.create_task(self._run(), name="fairshare-sync")
+            run = exchange_forever(
+                self.sync,
+                self._stopping,
+                interval=self.sync_interval,
+                retry_after=self.retry_after,
+                what="fair-share",
+            )
+            self._task = asyncio.create_task(run, name="fairshare-sync")
 
     async def stop(self) -> None:
         """Stops the exchanges, pushes what is pending (logged if Redis cannot take it), and
@@ -274,17 +276,6 @@ class RedisFairShareState:
 
     # -- internals ------------------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                ok = await self.sync()
-            except Exception as exc:  # a bug must not stop the sharing for good
-                log.error("fair-share sync failed", exc_info=exc)
-                ok = False
-            pause = self.sync_interval if ok else self.retry_after
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), pause)
-
     def _degraded(self, reason: str) -> None:
         self.failures += 1
         self._outage.failed(reason, pending=self.pending)
@@ -328,17 +319,17 @@ class RedisFairShareState:
     async def _eval(self, keys: Sequence[str], args: Sequence[str | int]) -> Any:
         client = self._client
         if self._sha is None:
-            self._sha = _text(await _await(client.script_load(self._script)))
+            self._sha = text_of(await _await(client.script_load(self._script)))
         try:
             return await _await(client.evalsha(self._sha, len(keys), *keys, *args))
         except redis_errors.NoScriptError:
             # The server lost its script cache (restart, SCRIPT FLUSH, failover).
-            self._sha = _text(await _await(client.script_load(self._script)))
+            self._sha = text_of(await _await(client.script_load(self._script)))
             return await _await(client.evalsha(self._sha, len(keys), *keys, *args))
 
 
 def _parse(pull: list[Account], pull_floors: list[str], reply: Sequence[object]) -> Pulled:
-    values = [_text(v) for v in reply]
+    values = [text_of(v) for v in reply]
     head = len(pull) + len(pull_floors)
     if len(values) < head + len(pull_floors):
         raise FairShareUnavailable(f"unexpected reply of {len(reply)} values from the script")

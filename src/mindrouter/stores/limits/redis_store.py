@@ -43,7 +43,7 @@ from mindrouter.stores.limits.model import (
     rate_limited,
     validate_tokens,
 )
-from mindrouter.stores.redis_client import short_timeout_client
+from mindrouter.stores.redis_client import short_timeout_client, text_of
 
 # Garbage collection only (Redis's own clock); the scripts decide expiry by the caller's `now`.
 _TTL_SLACK_MS = 60_000
@@ -59,10 +59,6 @@ def _unavailable_on_redis_errors() -> Iterator[None]:
         raise Overloaded(f"rate limiting is busy (Redis client pool: {exc})") from exc
     except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
         raise LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})") from exc
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _num(value: float) -> str:
@@ -167,7 +163,7 @@ class RedisLimitStore:
                 self._client, [*self._user_keys(user), self._dirty_key], args
             )
         if int(reply[0]) != 1:
-            reason, wait, used, reserved, in_flight = (_text(v) for v in reply[1:6])
+            reason, wait, used, reserved, in_flight = (text_of(v) for v in reply[1:6])
             raise rate_limited(
                 reason,
                 float(wait),
@@ -180,7 +176,7 @@ class RedisLimitStore:
         return Ticket(
             user=user,
             reserved_tokens=estimate_tokens,
-            period_start=float(_text(reply[1])),
+            period_start=float(text_of(reply[1])),
             lease_id=lease_id,
             admitted_at=now,
             lease_expires=expires,
@@ -221,7 +217,7 @@ class RedisLimitStore:
         """Pops the shared dirty set: with several replicas, each change is reported by one."""
         with _unavailable_on_redis_errors():
             while batch := await _await(self._client.spop(self._dirty_key, 1000)):
-                self._unreported.update(_text(user) for user in batch)
+                self._unreported.update(text_of(user) for user in batch)
             users = sorted(self._unreported)
             # Load once, then pipeline: one round trip for every changed user.
             await _await(self._client.script_load(self._snapshot.source))
@@ -253,7 +249,7 @@ class RedisLimitStore:
 def _parse_snapshot(user: str, reply: Sequence[object]) -> UsageSnapshot | None:
     if not reply:
         return None
-    start, used, reserved, lifetime, in_flight, recent, as_of = (_text(v) for v in reply)
+    start, used, reserved, lifetime, in_flight, recent, as_of = (text_of(v) for v in reply)
     return UsageSnapshot(
         user=user,
         period_start=float(start) if start else float(as_of),

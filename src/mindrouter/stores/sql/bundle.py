@@ -18,7 +18,7 @@ from mindrouter.stores.sql.audit_pg import PgAuditConnection
 from mindrouter.stores.sql.audit_writer import AuditWriter
 from mindrouter.stores.sql.catalog import SqlCatalog
 from mindrouter.stores.sql.directory import SqlDirectory
-from mindrouter.stores.sql.engine import PoolSettings, create_engine, is_sqlite
+from mindrouter.stores.sql.engine import PoolSettings, create_engine
 from mindrouter.stores.sql.keys import SqlKeyStore
 from mindrouter.stores.sql.migrate import ensure_migrated
 from mindrouter.stores.sql.usage import SqlUsageStore
@@ -46,13 +46,14 @@ class SqlStores:
         *,
         hasher: KeyHasher | None = None,
         audit_engine: AsyncEngine | None = None,
+        audit_pg: PgAuditConnection | None = None,
     ) -> SqlStores:
         return cls(
             engine=engine,
             directory=SqlDirectory(engine),
             keys=SqlKeyStore(engine, hasher),
             catalog=SqlCatalog(engine),
-            audit=AuditWriter(audit_engine or engine),
+            audit=AuditWriter(audit_engine or engine, pg=audit_pg),
             audit_log=SqlAuditLog(engine),
             usage=SqlUsageStore(engine),
             audit_engine=audit_engine,
@@ -84,14 +85,10 @@ def open_stores(
     its own without the ping before each checkout (it retries a batch on a dropped connection
     instead); SQLite has a single writer anyway, so there everything shares one engine."""
     engine = create_engine(url, pool=pool, echo=echo)
-    backend = engine.url.get_backend_name()
-    if backend == "postgresql" and engine.url.get_driver_name() == "asyncpg":
-        stores = SqlStores.over(engine, hasher=hasher)
-        stores.audit.pg = PgAuditConnection(url)
-        return stores
-    audit_engine = (
-        None
-        if is_sqlite(engine)
-        else create_engine(url, pool=AUDIT_POOL, echo=echo, pre_ping=False)
-    )
+    parsed = engine.url
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "asyncpg":
+        return SqlStores.over(engine, hasher=hasher, audit_pg=PgAuditConnection(url))
+    if parsed.get_backend_name() == "sqlite":
+        return SqlStores.over(engine, hasher=hasher)
+    audit_engine = create_engine(url, pool=AUDIT_POOL, echo=echo, pre_ping=False)
     return SqlStores.over(engine, hasher=hasher, audit_engine=audit_engine)

@@ -92,10 +92,6 @@ def create_engine(
     return engine
 
 
-def is_sqlite(engine: AsyncEngine) -> bool:
-    return engine.url.get_backend_name() == "sqlite"
-
-
 def describe(url: str | URL) -> str:
     """The URL with any password hidden, for messages."""
     return make_url(url).render_as_string(hide_password=True)
