@@ -5,7 +5,8 @@ line: `python -m bench.fairness.gateway_proc CONFIG.json --queue fair|fifo
 The app is the real one (`build_app`: authentication, limits, audit, routing, streaming); only the
 gate is replaced, as the composition root would build it: `CapacityGate(FairQueue(state))` with
 `state` in memory or shared through Redis (`RedisFairShareState`), or a FIFO queue for the
-baseline. Prints `READY <url>` once it listens; a line `stop` on stdin (or stdin closing) shuts it
+baseline; with `--shared-slots`, the backend slots and the arbiter of free slots shared too
+(`SharedSlots`, as the app does whenever Redis is configured). Prints `READY <url>` once it listens; a line `stop` on stdin (or stdin closing) shuts it
 down cleanly, after which it prints `STATS <json>` (the Redis exchanges, when shared).
 """
 
@@ -25,6 +26,7 @@ from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMem
 from mindrouter.serving import InLoopServer
 from mindrouter.settings import settings_from_dict
 from mindrouter.stores.fairshare import RedisFairShareState
+from mindrouter.stores.slots import SharedSlots
 
 
 async def serve(ns: argparse.Namespace) -> int:
@@ -40,11 +42,19 @@ async def serve(ns: argparse.Namespace) -> int:
         state = InMemoryFairShareState()
     queues = {"fair": FairQueue, "fifo": FifoQueue}
     queue = queues[ns.queue](state)
-    app.state.gateway.s.gate = CapacityGate(queue)
+    services = app.state.gateway.s
+    slots: SharedSlots | None = None
+    if ns.shared_slots:
+        slots = SharedSlots.from_url(ns.redis_url, services.catalog.backends, ns.prefix)
+    services.gate = CapacityGate(queue, arbiter=slots)
+    services.slots = slots
     server = InLoopServer(app, log_level="warning")
     await server.start()
     if shared is not None:
         await shared.start()
+    if slots is not None:
+        slots.attach(services.gate)
+        await slots.start()
     print(f"READY {server.url}", flush=True)
     loop = asyncio.get_running_loop()
     while True:
@@ -53,6 +63,9 @@ async def serve(ns: argparse.Namespace) -> int:
             break
     await server.stop()
     stats: dict[str, Any] = {"queue": ns.queue, "state": ns.state}
+    if slots is not None:
+        await slots.stop()
+        stats.update(slot_exchanges=slots.exchanges, deferrals=services.gate.deferrals)
     if shared is not None:
         await shared.stop()
         stats.update(
@@ -70,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--prefix", default="mr:")
     parser.add_argument("--sync-interval", type=float, default=0.05)
+    parser.add_argument("--shared-slots", action="store_true")
     return asyncio.run(serve(parser.parse_args(argv)))
 
 

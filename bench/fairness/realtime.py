@@ -10,12 +10,17 @@ variant:
     fcfs                 one process, the gate over a FIFO queue (arrival order, `fifo.py`)
     ours                 one process, FairQueue over InMemoryFairShareState (today's app.py)
     ours, Redis state    one process, FairQueue over RedisFairShareState (what sharing costs)
-    ours, 2 replicas     two processes, each its own gate and queue, the counters and the
-                         output still expected from running streams shared through
-                         RedisFairShareState; each gets half of every backend (max_concurrent 1),
-                         since in-flight counts are per process; the clients split every user's
+    ours, 2 replicas     two processes, each its own gate and queue, sharing through Redis
+                         what the app shares: the counters and the output still expected from
+                         running streams (RedisFairShareState), and the backend slots with the
+                         arbiter of free slots (SharedSlots): every backend's max_concurrent
+                         (2) bounds both processes together; the clients split every user's
                          connections evenly between the two, as a load balancer would
-    ours, 2 replicas, 10 ms sync      (only with --variant) the same, exchanging every 10 ms
+    ours, 2 replicas, own slots       (only with --variant) the same without the slot board:
+                         each process counts only its own requests, so each gets half of every
+                         backend (max_concurrent 1) and gives its slots to its own waiters
+    ours, 2 replicas, 10 ms sync      (only with --variant) as the line above, the counters
+                         exchanged every 10 ms
 
 Scenarios (every client streams, and records each chunk):
 
@@ -84,16 +89,25 @@ class Variant:
     state: str  # memory | redis
     replicas: int
     sync_interval: float = 0.05  # RedisFairShareState's, when the state is shared
+    shared_slots: bool = False  # the slot board (SharedSlots) between the replicas
+
+    @property
+    def slots_per_process(self) -> int:
+        """Each backend's max_concurrent as configured in each process."""
+        return SIM_SLOTS if self.shared_slots else SIM_SLOTS // self.replicas
 
 
 VARIANTS = (
     Variant("fcfs", "fifo", "memory", 1),
     Variant("ours", "fair", "memory", 1),
     Variant("ours, Redis state", "fair", "redis", 1),
-    Variant("ours, 2 replicas", "fair", "redis", 2),
+    Variant("ours, 2 replicas", "fair", "redis", 2, shared_slots=True),
 )
-# Run only when named with --variant: does the exchange interval matter?
-EXTRA_VARIANTS = (Variant("ours, 2 replicas, 10 ms sync", "fair", "redis", 2, 0.01),)
+# Run only when named with --variant: without the slot board, and does the interval matter?
+EXTRA_VARIANTS = (
+    Variant("ours, 2 replicas, own slots", "fair", "redis", 2),
+    Variant("ours, 2 replicas, 10 ms sync", "fair", "redis", 2, 0.01),
+)
 ALL_VARIANTS = VARIANTS + EXTRA_VARIANTS
 
 
@@ -370,7 +384,7 @@ async def start_sims() -> tuple[list[Child], list[str]]:
     return sims, urls
 
 
-def gateway_settings(sim_urls: list[str], database_url: str, replicas: int) -> dict[str, Any]:
+def gateway_settings(sim_urls: list[str], database_url: str, slots: int) -> dict[str, Any]:
     users: list[Closed | Open] = []
     for sc in SCENARIOS:
         users += sc.closed
@@ -379,14 +393,14 @@ def gateway_settings(sim_urls: list[str], database_url: str, replicas: int) -> d
         "database_url": database_url,
         "secret_key": "bench-secret",
         "log_level": "WARNING",
-        # In-flight counts are per process: each replica holds its share of every backend.
+        # Without the slot board each replica holds its share of every backend.
         "backends": [
             {
                 "name": f"sim-{i}",
                 "engine": "vllm",
                 "url": url,
                 "models": [MODEL],
-                "max_concurrent": SIM_SLOTS // replicas,
+                "max_concurrent": slots,
             }
             for i, url in enumerate(sim_urls)
         ],
@@ -432,6 +446,7 @@ async def start_gateways(
             prefix,
             "--sync-interval",
             str(variant.sync_interval),
+            *(["--shared-slots"] if variant.shared_slots else []),
             stdin=True,
         )
         for i in range(variant.replicas)
@@ -495,7 +510,7 @@ def figures(scenario: Scenario, variant: Variant, shots: list[Shot], t: Timing) 
         out["w3_to_w1_service_ratio"] = w3 / w1 if w1 else float("nan")
     else:
         light = {o.user for o in scenario.open}
-        per_gateway = slots // variant.replicas
+        per_gateway = slots if variant.shared_slots else slots // variant.replicas
         delays, strict, owed = m.light_delays(shots, light, per_gateway, t.duration)
         out["light_delay_ms"] = m.summary(delays, 1000.0)
         out["light_excess_delay_ms"] = m.summary(strict, 1000.0)
@@ -515,7 +530,7 @@ async def run_one(
 ) -> dict[str, Any]:
     prefix = f"mrbench:{uuid4().hex[:12]}:"
     load_before = os.getloadavg()[0]
-    gateways, urls = await start_gateways(variant, configs[variant.replicas], redis_url, prefix)
+    gateways, urls = await start_gateways(variant, configs[variant.slots_per_process], redis_url, prefix)
     try:
         shots = await drive(scenario, urls, keys, t.duration)
     finally:
@@ -727,11 +742,11 @@ async def main_async(ns: argparse.Namespace) -> dict[str, Any]:
     try:
         database_url = f"sqlite+aiosqlite:///{workdir}/mindrouter.db"
         configs = {}
-        for replicas in {v.replicas for v in variants}:
-            path = workdir / f"gateway-{replicas}.json"
-            path.write_text(json.dumps(gateway_settings(sim_urls, database_url, replicas)))
-            configs[replicas] = path
-        keys = await prepare_database(gateway_settings(sim_urls, database_url, 1))
+        for slots in {v.slots_per_process for v in variants}:
+            path = workdir / f"gateway-{slots}.json"
+            path.write_text(json.dumps(gateway_settings(sim_urls, database_url, slots)))
+            configs[slots] = path
+        keys = await prepare_database(gateway_settings(sim_urls, database_url, SIM_SLOTS))
         for scenario in scenarios:
             sc: dict[str, Any] = {"what": scenario.what, "runs": {}}
             res["scenarios"][scenario.name] = sc

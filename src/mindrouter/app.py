@@ -46,6 +46,7 @@ from mindrouter.stores.limits import (
     RedisUnavailablePolicy,
     ResilientLimitStore,
 )
+from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
 
 
@@ -131,6 +132,7 @@ class Runtime:
     monitor: BackendMonitor
     fairshare: RedisFairShareState | None = None
     breakers: SharedBreakers | None = None
+    slots: SharedSlots | None = None
 
 
 def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
@@ -188,7 +190,16 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         else None
     )
     fairshare: FairShareState = shared_fairshare or InMemoryFairShareState()
-    gate = CapacityGate(FairQueue(fairshare))
+    # And the backends' slots: `max_concurrent` bounds the load of every process together, and
+    # a free slot goes to the best waiter of the whole deployment.
+    slots = (
+        SharedSlots.from_url(settings.redis_url, catalog.backends, settings.redis_prefix)
+        if settings.redis_url
+        else None
+    )
+    gate = CapacityGate(FairQueue(fairshare), arbiter=slots)
+    if slots is not None:
+        slots.attach(gate)
     # So are the circuit breakers; the half-open probe may outlast the longest attempt.
     breakers = (
         SharedBreakers.from_url(
@@ -212,6 +223,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         max_attempts=settings.max_attempts,
         capacity_wait=settings.capacity_wait_s,
         breakers=breakers,
+        slots=slots,
     )
     gateway = Gateway(services)
     metrics.watch(
@@ -228,7 +240,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         interval=settings.health_interval_s,
     )
     runtime = Runtime(
-        stores, authenticator, limits, usage, adapters, monitor, shared_fairshare, breakers
+        stores, authenticator, limits, usage, adapters, monitor, shared_fairshare, breakers, slots
     )
 
     @contextlib.asynccontextmanager
@@ -241,6 +253,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
             await shared_fairshare.start()
         if breakers is not None:
             await breakers.start()
+        if slots is not None:
+            await slots.start()
         try:
             yield
         finally:
@@ -327,6 +341,7 @@ async def _shutdown(rt: Runtime) -> None:
         rt.usage.stop,
         *([rt.fairshare.stop] if rt.fairshare is not None else []),
         *([rt.breakers.stop] if rt.breakers is not None else []),
+        *([rt.slots.stop] if rt.slots is not None else []),
         rt.limits.close,
         *[a.aclose for a in rt.adapters.values()],
         rt.stores.aclose,

@@ -6,7 +6,14 @@ import asyncio
 
 import pytest
 
-from mindrouter.scheduling import CapacityGate, FairPolicy, FairQueue, InMemoryFairShareState, Job
+from mindrouter.scheduling import (
+    CapacityGate,
+    FairPolicy,
+    FairQueue,
+    InMemoryFairShareState,
+    Job,
+    Standing,
+)
 
 from .sim import job
 
@@ -233,3 +240,92 @@ async def test_finish_settles_the_charges_and_passes_the_slot_on() -> None:
     await nxt
     assert admitted == ["b"]
     assert gate.queue.state.get("m", "a") == pytest.approx(100 + 2 * 7)
+
+
+# -- with an arbiter: a free slot offered to another process's more deserving waiter first -------
+
+
+class Elsewhere:
+    """An arbiter standing for the other gateway processes: while `better` is set, it asks for
+    free slots to be left alone for `wait` seconds (counted from the first time it asked)."""
+
+    def __init__(self, wait: float = 0.05) -> None:
+        self.wait = wait
+        self.better = True
+        self.asked: list[tuple[str, Standing]] = []
+        self._since: float | None = None
+
+    def defer(self, model: str, best_here: Standing, now: float) -> float:
+        self.asked.append((model, best_here))
+        if not self.better:
+            return 0.0
+        if self._since is None:
+            self._since = now
+        return max(0.0, self._since + self.wait - now)
+
+
+def gate_with(arbiter: Elsewhere) -> CapacityGate:
+    queue = FairQueue(InMemoryFairShareState(), FairPolicy(wait_bonus_per_s=0.0))
+    return CapacityGate(queue, arbiter=arbiter)
+
+
+async def test_a_slot_is_left_for_a_better_waiter_elsewhere_until_the_deferral_ends() -> None:
+    arbiter = Elsewhere(wait=0.05)
+    gate = gate_with(arbiter)
+    slots = Slots(m=0)
+    admitted: list[str] = []
+    gate.queue.state.charge("m", "here", 10.0)
+    task = start(gate, slots, job("here", 0.0), admitted)
+    await settle()
+    slots.free["m"] = 1
+    gate.release("m")
+    await settle()
+    assert admitted == [] and slots.free["m"] == 1  # left alone for the other process
+    assert gate.deferrals == 1 and gate.wakeups == 0
+    model, standing = arbiter.asked[-1]
+    assert model == "m" and standing.user == "here" and standing.score == 10.0
+    await asyncio.wait_for(task, 1.0)  # the deferral ended: the slot goes to the local waiter
+    assert admitted == ["here"] and gate.wakeups == 1
+
+
+async def test_a_slot_taken_elsewhere_during_the_deferral_stays_taken() -> None:
+    arbiter = Elsewhere(wait=0.05)
+    gate = gate_with(arbiter)
+    slots = Slots(m=0)
+    admitted: list[str] = []
+    task = start(gate, slots, job("here", 0.0), admitted)
+    await settle()
+    slots.free["m"] = 1
+    gate.release("m")
+    await settle()
+    slots.free["m"] = 0  # the other process took it
+    await asyncio.sleep(0.08)
+    assert admitted == [] and gate.wakeups == 0 and not task.done()
+    arbiter.better = False  # nobody better waits elsewhere any more; a slot frees here
+    slots.free["m"] = 1
+    gate.release("m")
+    await asyncio.wait_for(task, 1.0)
+    assert admitted == ["here"]
+
+
+async def test_a_new_arrival_does_not_take_a_slot_left_for_another_process() -> None:
+    arbiter = Elsewhere(wait=0.05)
+    gate = gate_with(arbiter)
+    slots = Slots(m=1)
+    admitted: list[str] = []
+    task = start(gate, slots, job("new", 0.0), admitted)
+    await settle()
+    assert admitted == [] and gate.waiting == 1 and gate.deferrals == 1
+    await asyncio.wait_for(task, 1.0)
+    assert admitted == ["new"]
+
+
+async def test_an_arbiter_that_defers_nothing_changes_nothing() -> None:
+    arbiter = Elsewhere()
+    arbiter.better = False
+    gate = gate_with(arbiter)
+    slots = Slots(m=1)
+    admitted: list[str] = []
+    await start(gate, slots, job("u", 0.0), admitted)
+    assert admitted == ["u"] and gate.deferrals == 0
+    assert gate.best_waiting() == {}

@@ -12,6 +12,7 @@ from mindrouter.scheduling import (
     FairPolicy,
     FairQueue,
     InMemoryFairShareState,
+    Standing,
     TokenCosts,
     take_snapshot,
 )
@@ -207,3 +208,18 @@ def test_a_job_passed_over_long_enough_goes_first() -> None:
     assert q.pick("m", 9.9).user == "light"  # type: ignore[union-attr]
     assert q.pick("m", 10.0) is old
     assert q.rank_of(old, 10.0).tier == 0
+
+
+def test_best_waiting_names_each_models_most_deserving_waiter_and_where_it_stands() -> None:
+    q = make_queue(wait_bonus_per_s=1.0, max_wait_bonus=10.0)
+    q.state.charge("m", "heavy", 500.0)
+    q.state.charge("m", "light", 50.0)
+    for j in (job("heavy", 0.0), job("light", 2.0), job("other", 0.0, model="n")):
+        q.push(j)
+    best = q.best_waiting(4.0)
+    assert set(best) == {"m", "n"}
+    assert best["m"] == Standing(1, 50.0 - 2.0, "light")  # counter minus 2 s of wait bonus
+    assert best["n"].user == "other"
+    starving = q.best_waiting(20.0)["m"]  # 20 s passed over: past the bound, oldest first
+    assert starving.tier == 0 and starving.user == "heavy"
+    assert starving.outranks(best["m"]) and not best["m"].outranks(best["m"])

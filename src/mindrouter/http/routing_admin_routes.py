@@ -16,6 +16,7 @@ from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import take_snapshot
+from mindrouter.stores.slots import SharedSlots
 
 
 def backend_view(b: BackendState, now: float) -> dict[str, Any]:
@@ -25,6 +26,8 @@ def backend_view(b: BackendState, now: float) -> dict[str, Any]:
         "gpu": b.gpu,
         "status": b.status,
         "in_flight": b.in_flight,
+        # The other gateway processes' open requests, as last exchanged (with Redis).
+        "others_in_flight": b.others_in_flight,
         "max_concurrent": b.max_concurrent,
         "engine_waiting": b.waiting,
         "priority": b.priority,
@@ -82,6 +85,12 @@ def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
         now = gateway.s.clock()
         snap = dataclasses.asdict(take_snapshot(gateway.s.gate.queue, now))
         snap["recent_decisions"] = list(gateway.decisions)
+        slots = gateway.s.slots
+        if isinstance(slots, SharedSlots):
+            snap["elsewhere"] = {
+                "best_waiting": {m: s._asdict() for m, s in slots.others_best().items()},
+                "slots_left_for_others": gateway.s.gate.deferrals,
+            }
         return json_response(snap, ctx)
 
     return [

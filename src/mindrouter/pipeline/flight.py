@@ -186,10 +186,7 @@ class Flight:
 
     def _has_capacity(self, model: str) -> bool:
         now = self.s.clock()
-        return any(
-            b.usable(now) and b.in_flight < b.max_concurrent
-            for b, _ in self.s.catalog.serving(model)
-        )
+        return any(b.usable(now) and not b.full for b, _ in self.s.catalog.serving(model))
 
     # -- backend slots --------------------------------------------------------------------------
 
@@ -199,12 +196,16 @@ class Flight:
         backend.in_flight += 1
         self.backend = backend
         self.ctx.backend = backend.name
+        if self.s.slots is not None:
+            self.s.slots.changed()
 
     def drop(self) -> None:
         b = self.backend
         if b is not None:
             b.in_flight -= 1
             self.backend = None
+            if self.s.slots is not None:
+                self.s.slots.changed()
             for model in b.serves:
                 if model != self.spec.name:
                     self.s.gate.release(model)

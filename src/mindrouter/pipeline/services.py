@@ -35,6 +35,12 @@ class SharedBreakers(Protocol):
     def changed(self) -> None: ...
 
 
+class SharedSlots(Protocol):
+    """The backend slot board shared with the other gateway processes (absent with one)."""
+
+    def changed(self) -> None: ...
+
+
 @dataclass(slots=True)
 class Services:
     catalog: Catalog
@@ -48,5 +54,6 @@ class Services:
     max_attempts: int = 3
     capacity_wait: float = 150.0
     breakers: SharedBreakers | None = None
+    slots: SharedSlots | None = None
     clock: Callable[[], float] = field(default=time.monotonic)
     wall: Callable[[], float] = field(default=time.time)

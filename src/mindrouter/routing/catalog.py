@@ -28,7 +28,9 @@ class ModelSpec:
 
 @dataclass(slots=True)
 class BackendState:
-    """A backend as the router sees it; `in_flight` is this process's count of open requests."""
+    """A backend as the router sees it. `in_flight` is this process's count of open requests;
+    `others_in_flight` the other gateway processes' (as last exchanged through Redis, 0 without
+    it): `max_concurrent` bounds their sum, the backend's whole load."""
 
     name: str
     engine: str
@@ -38,6 +40,7 @@ class BackendState:
     healthy: bool = True
     draining: bool = False  # set by an admin: finish what runs, take nothing new
     in_flight: int = 0
+    others_in_flight: int = 0
     # gateway model name -> the name this backend serves it under
     serves: dict[str, str] = field(default_factory=dict)
     # models resident in GPU memory right now, as the backend last reported (or last served)
@@ -56,8 +59,12 @@ class BackendState:
         return "HEALTHY" if self.healthy else "UNHEALTHY"
 
     @property
+    def load(self) -> int:
+        return self.in_flight + self.others_in_flight
+
+    @property
     def full(self) -> bool:
-        return self.in_flight >= self.max_concurrent
+        return self.load >= self.max_concurrent
 
     def observe_ttft(self, seconds: float, alpha: float = 0.2) -> None:
         prev = self.ttft_ema

@@ -36,7 +36,7 @@ class ScoreWeights:
 
 
 def score(b: BackendState, model: str, w: ScoreWeights = ScoreWeights()) -> float:
-    free = max(0.0, 1.0 - b.in_flight / b.max_concurrent)
+    free = max(0.0, 1.0 - b.load / b.max_concurrent)
     total = w.utilisation * free + w.priority * b.priority - w.queue * b.waiting
     if model in b.loaded:
         total += w.loaded

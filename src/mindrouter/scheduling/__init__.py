@@ -10,9 +10,9 @@
 Standard library only (asyncio for the gate); the clock is always passed in.
 """
 
-from mindrouter.scheduling.gate import DEFAULT_TIMEOUT, CapacityGate
+from mindrouter.scheduling.gate import DEFAULT_TIMEOUT, Arbiter, CapacityGate
 from mindrouter.scheduling.job import Job, Modality, TokenCosts
-from mindrouter.scheduling.policy import FairPolicy, Rank
+from mindrouter.scheduling.policy import FairPolicy, Rank, Standing
 from mindrouter.scheduling.queue import AccountStatus, FairQueue
 from mindrouter.scheduling.state import FairShareState, InMemoryFairShareState
 from mindrouter.scheduling.views import AccountView, QueueSnapshot, WaitingJob, take_snapshot
@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "AccountStatus",
     "AccountView",
+    "Arbiter",
     "CapacityGate",
     "FairPolicy",
     "FairQueue",
@@ -30,6 +31,7 @@ __all__ = [
     "Modality",
     "QueueSnapshot",
     "Rank",
+    "Standing",
     "TokenCosts",
     "WaitingJob",
     "take_snapshot",

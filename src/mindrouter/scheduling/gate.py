@@ -24,6 +24,13 @@ the one free slot. Several free slots are therefore filled one decision per even
 
 A slot that frees without `release` being called (a backend comes back, another process lets
 go) is noticed by polling: waiting tasks re-check their model at most once per `poll_interval`.
+Several processes. With an `arbiter` (the shared slot board, when gateway processes share
+backends through Redis), a free slot is first offered to the deployment: before handing it to its
+own best waiter, the gate asks the arbiter whether another process has a more deserving one
+waiting for the same model. If so it leaves the slot alone for at most the arbiter's deferral, so
+the other process can take it, and decides again when the arbiter has news (`release`) or when the
+deferral ends: a slot is never left idle for longer than that, even if the other process vanished.
+
 A waiter gives up after `timeout` seconds (default 150, as in the seed) with `TimeoutError`,
 which the pipeline reports as Overloaded. Priorities need no periodic recomputation: every
 decision ranks the waiters afresh at the current time.
@@ -35,11 +42,20 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from mindrouter.scheduling.job import Job
+from mindrouter.scheduling.policy import Standing
 from mindrouter.scheduling.queue import FairQueue
 
 DEFAULT_TIMEOUT = 150.0
+
+
+class Arbiter(Protocol):
+    def defer(self, model: str, best_here: Standing, now: float) -> float:
+        """Seconds to leave a free slot of `model` for another process's more deserving
+        waiter before giving it to `best_here`; 0 to give it now."""
+        ...
 
 
 class CapacityGate:
@@ -50,16 +66,20 @@ class CapacityGate:
         clock: Callable[[], float] = time.monotonic,
         default_timeout: float = DEFAULT_TIMEOUT,
         poll_interval: float = 1.0,
+        arbiter: Arbiter | None = None,
     ) -> None:
         self.queue = queue
+        self.arbiter = arbiter
         self.default_timeout = default_timeout
         self.poll_interval = poll_interval
         self.wakeups = 0  # waiters woken by a decision: exactly one per slot handed out
+        self.deferrals = 0  # free slots left for a better waiter of another process
         self._clock = clock
         self._waiters: dict[str, asyncio.Future[None]] = {}
         self._checks: dict[str, Callable[[str], bool]] = {}
         self._handoff: dict[str, int] = {}
         self._last_poll: dict[str, float] = {}
+        self._rechecks: dict[str, asyncio.TimerHandle] = {}
 
     @property
     def waiting(self) -> int:
@@ -81,15 +101,18 @@ class CapacityGate:
         self.queue.push(job)
         now = self._clock()
         free = not self._handoff.get(model) and has_capacity(model)
-        if free and self.queue.pick(model, now) is job:
+        best = free and self.queue.pick(model, now) is job
+        deferred = best and self._defers(job, now)
+        if best and not deferred:
             self.queue.on_dispatch(job, now)
             return
         loop = asyncio.get_running_loop()
         granted: asyncio.Future[None] = loop.create_future()
         self._waiters[job.id] = granted
-        # Capacity may be free while a better job waits (it appeared without a release): the
-        # better job gets it, and this one waits its turn.
-        self._grant(model)
+        if not deferred:
+            # Capacity may be free while a better job waits (it appeared without a release):
+            # the better job gets it, and this one waits its turn.
+            self._grant(model)
         limit = self.default_timeout if timeout is None else timeout
         deadline = loop.time() + limit
         try:
@@ -108,6 +131,10 @@ class CapacityGate:
             raise TimeoutError(f"no capacity for model {model!r} within {limit:g} s")
         self._handoff[model] -= 1
         loop.call_soon(self._grant, model)
+
+    def best_waiting(self) -> dict[str, Standing]:
+        """For each model with requests waiting here, where the most deserving one stands."""
+        return self.queue.best_waiting(self._clock())
 
     def release(self, model: str) -> None:
         """A slot of `model` freed (the caller already gave it back): hand it to the best
@@ -131,13 +158,32 @@ class CapacityGate:
             return
         now = self._clock()
         job = self.queue.pick(model, now)
-        if job is None:
+        if job is None or self._defers(job, now):
             return
         granted = self._waiters.pop(job.id)
         self.queue.on_dispatch(job, now)
         self._handoff[model] = 1
         self.wakeups += 1
         granted.set_result(None)
+
+    def _defers(self, job: Job, now: float) -> bool:
+        """Whether the arbiter keeps the free slot for another process for now; if so, the
+        decision is taken again when the deferral ends."""
+        if self.arbiter is None:
+            return False
+        wait = self.arbiter.defer(job.model, self.queue.standing(job, now), now)
+        if wait <= 0:
+            return False
+        self.deferrals += 1
+        model = job.model
+        if model not in self._rechecks:
+            loop = asyncio.get_running_loop()
+            self._rechecks[model] = loop.call_later(wait, self._recheck, model)
+        return True
+
+    def _recheck(self, model: str) -> None:
+        self._rechecks.pop(model, None)
+        self._grant(model)
 
     def _poll(self, model: str, now: float) -> None:
         if now - self._last_poll.get(model, -math.inf) >= self.poll_interval:

@@ -62,6 +62,20 @@ class Rank(NamedTuple):
     seq: int  # arrival order in this queue, so that equal ranks are decided the same way
 
 
+class Standing(NamedTuple):
+    """Where a process's best waiter for a model stands, for comparison with other processes'
+    (`CapacityGate`'s arbiter): the rank without the parts that mean nothing elsewhere (this
+    process's clock and arrival order), and whose it is."""
+
+    tier: int
+    score: float
+    user: str
+
+    def outranks(self, other: Standing) -> bool:
+        """Whether this waiter should be served before `other` (ties are not)."""
+        return (self.tier, self.score) < (other.tier, other.score)
+
+
 def rank(
     policy: FairPolicy, *, counter: float, pending: float, since: float, now: float, seq: int
 ) -> Rank:

@@ -29,7 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from mindrouter.scheduling.job import Job
-from mindrouter.scheduling.policy import FairPolicy, Rank, rank
+from mindrouter.scheduling.policy import FairPolicy, Rank, Standing, rank
 from mindrouter.scheduling.state import FairShareState
 
 Account = tuple[str, str]  # (model, user)
@@ -143,6 +143,19 @@ class FairQueue:
         pending = self._pending_of(job.model, job.user)
         seq = self._seq.get(job.id, -1)
         return rank(self.policy, counter=counter, pending=pending, since=since, now=now, seq=seq)
+
+    def standing(self, job: Job, now: float) -> Standing:
+        r = self.rank_of(job, now)
+        return Standing(r.tier, r.score, job.user)
+
+    def best_waiting(self, now: float) -> dict[str, Standing]:
+        """For each model with waiting jobs, where its most deserving one stands."""
+        out: dict[str, Standing] = {}
+        for model in self._waiting:
+            job = self.pick(model, now)
+            if job is not None:
+                out[model] = self.standing(job, now)
+        return out
 
     def priority(self, job: Job, now: float) -> float:
         """The job's score in weighted tokens, lower first, with the wait bonus capped at

@@ -38,14 +38,16 @@ async def exchange_forever(
     sync: Callable[[], Awaitable[bool]],
     stopping: asyncio.Event,
     *,
-    interval: float,
+    interval: float | Callable[[], float],
     retry_after: float,
     what: str,
     wake: asyncio.Event | None = None,
+    min_gap: float = 0.0,
 ) -> None:
-    """Calls `sync` every `interval` seconds (`retry_after` after one that failed) until
-    `stopping` is set. `wake`, set by whoever has news (and by whoever sets `stopping`), cuts the
-    pause short."""
+    """Calls `sync` every `interval` seconds (asked again after each call when it is a function;
+    `retry_after` after one that failed) until `stopping` is set. `wake`, set by whoever has
+    news (and by whoever sets `stopping`), cuts the pause short, but never below `min_gap`: that
+    bounds the exchanges a busy process makes, however often it has news."""
     alarm = wake or stopping
     while not stopping.is_set():
         if wake is not None:
@@ -55,5 +57,10 @@ async def exchange_forever(
         except Exception as exc:  # a bug must not stop the sharing for good
             log.error(f"{what} sync failed", exc_info=exc)
             ok = False
+        pause = (interval() if callable(interval) else interval) if ok else retry_after
+        if min_gap > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), min_gap)
+            pause -= min_gap
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(alarm.wait(), interval if ok else retry_after)
+            await asyncio.wait_for(alarm.wait(), max(pause, 0.0))

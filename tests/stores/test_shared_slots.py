@@ -1,0 +1,220 @@
+"""SharedSlots against the real Redis server: each instance stands for one gateway process.
+
+- open requests of several processes add up per backend, so `max_concurrent` bounds their sum;
+- a process that stops withdraws at once, one that dies stops counting after the TTL;
+- each process's best waiter per model reaches the others, and `defer` leaves a free slot for a
+  better waiter elsewhere (never for the same user, never beyond the deferral);
+- an exchange lets the local gate decide again;
+- without Redis the others' counts are kept for the TTL, then each process counts alone;
+- an uncontended deployment exchanges on its timer only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import uuid4
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from mindrouter.routing.catalog import BackendState
+from mindrouter.scheduling import Standing
+from mindrouter.stores.slots import SharedSlots
+
+from .fairshare.conftest import new_client
+
+
+class FakeGate:
+    """The gate as the board sees it: the best waiters it reports, the nudges it gets."""
+
+    def __init__(self) -> None:
+        self.best: dict[str, Standing] = {}
+        self.released: list[str] = []
+
+    def best_waiting(self) -> dict[str, Standing]:
+        return dict(self.best)
+
+    def release(self, model: str) -> None:
+        self.released.append(model)
+
+
+class Process:
+    def __init__(self, board: SharedSlots, backends: list[BackendState], gate: FakeGate) -> None:
+        self.board = board
+        self.gpu1, self.gpu2 = backends
+        self.gate = gate
+
+
+class Deployment:
+    def __init__(self) -> None:
+        self.prefix = f"mrtest:{uuid4().hex}:"
+        self.made: list[tuple[SharedSlots, Redis]] = []
+        self.admin = new_client()
+
+    def process(self, client: Redis | None = None, **kw: Any) -> Process:
+        client = client or new_client()
+        backends = [
+            BackendState(name=n, engine="vllm", max_concurrent=2, serves={"chat": "chat"})
+            for n in ("gpu-1", "gpu-2")
+        ]
+        board = SharedSlots(client, backends, self.prefix, **kw)
+        gate = FakeGate()
+        board.attach(gate)
+        self.made.append((board, client))
+        return Process(board, backends, gate)
+
+    async def close(self) -> None:
+        for board, client in self.made:
+            await board.stop()
+            await client.aclose()
+        keys = [k async for k in self.admin.scan_iter(match=f"{self.prefix}*")]
+        if keys:
+            await self.admin.delete(*keys)
+        await self.admin.aclose()
+
+
+@pytest.fixture
+async def deployment() -> AsyncIterator[Deployment]:
+    d = Deployment()
+    try:
+        yield d
+    finally:
+        await d.close()
+
+
+async def sync_all(*processes: Process) -> None:
+    for _ in range(2):  # the second round pulls what the others pushed in the first
+        for p in processes:
+            assert await p.board.sync()
+
+
+async def test_open_requests_of_every_process_count_against_a_backend(
+    deployment: Deployment,
+) -> None:
+    a, b, c = (deployment.process() for _ in range(3))
+    a.gpu1.in_flight = 1
+    b.gpu1.in_flight = 1
+    b.gpu2.in_flight = 1
+    await sync_all(a, b, c)
+    assert (a.gpu1.others_in_flight, a.gpu2.others_in_flight) == (1, 1)
+    assert (c.gpu1.others_in_flight, c.gpu2.others_in_flight) == (2, 1)
+    assert a.gpu1.load == 2 and a.gpu1.full  # max_concurrent 2 between all of them
+    assert c.gpu1.full and not c.gpu2.full
+    b.gpu1.in_flight = 0
+    await sync_all(b, c)
+    assert c.gpu1.others_in_flight == 1 and not c.gpu1.full
+
+
+async def test_a_stopped_process_withdraws_and_a_dead_one_expires(
+    deployment: Deployment,
+) -> None:
+    a = deployment.process(ttl=0.3)
+    b = deployment.process(ttl=0.3)
+    c = deployment.process(ttl=0.3)
+    a.gpu1.in_flight = 2
+    b.gpu2.in_flight = 1
+    await sync_all(a, b, c)
+    assert (c.gpu1.others_in_flight, c.gpu2.others_in_flight) == (2, 1)
+    await a.board.stop()  # a clean shutdown: its slots are free for the others at once
+    await sync_all(c)
+    assert c.gpu1.others_in_flight == 0 and c.gpu2.others_in_flight == 1
+    await asyncio.sleep(0.4)  # b stopped exchanging without saying so (it died)
+    await sync_all(c)
+    assert c.gpu2.others_in_flight == 0
+
+
+async def test_best_waiters_reach_the_others_and_free_slots_are_left_for_them(
+    deployment: Deployment,
+) -> None:
+    a = deployment.process(defer_limit=0.2)
+    b = deployment.process(defer_limit=0.2)
+    a.gate.best = {"chat": Standing(1, 100.0, "light")}
+    b.gate.best = {"chat": Standing(1, 900.0, "heavy")}
+    await sync_all(a, b)
+    assert b.board.others_best() == {"chat": Standing(1, 100.0, "light")}
+    assert a.board.others_best() == {"chat": Standing(1, 900.0, "heavy")}
+    assert "chat" in a.gate.released and "chat" in b.gate.released  # each decides again
+
+    # b has a free slot but a's waiter is more deserving: b leaves it, for 0.2 s at most.
+    assert b.board.defer("chat", Standing(1, 900.0, "heavy"), now=10.0) == pytest.approx(0.2)
+    assert b.board.defer("chat", Standing(1, 900.0, "heavy"), now=10.15) == pytest.approx(0.05)
+    assert b.board.defer("chat", Standing(1, 900.0, "heavy"), now=10.2) == 0.0  # ended
+    # Never for the same user (served either way), nor for a waiter that is not better.
+    assert b.board.defer("chat", Standing(1, 900.0, "light"), now=11.0) == 0.0
+    assert b.board.defer("chat", Standing(1, 50.0, "heavy"), now=11.0) == 0.0
+    assert a.board.defer("chat", Standing(1, 100.0, "light"), now=11.0) == 0.0
+    # A starving waiter outranks any score.
+    assert a.board.defer("chat", Standing(0, -40.0, "x"), now=11.0) == 0.0
+    assert b.board.defer("other-model", Standing(1, 900.0, "heavy"), now=11.0) == 0.0
+
+    a.gate.best = {}  # a's waiter was served
+    await sync_all(a, b)
+    assert b.board.others_best() == {}
+    assert b.board.defer("chat", Standing(1, 900.0, "heavy"), now=12.0) == 0.0
+
+
+async def test_the_best_of_several_other_processes_is_the_one_that_counts(
+    deployment: Deployment,
+) -> None:
+    a, b, c = (deployment.process() for _ in range(3))
+    a.gate.best = {"chat": Standing(1, 300.0, "u1")}
+    b.gate.best = {"chat": Standing(1, 200.0, "u2"), "embed": Standing(0, -31.0, "u3")}
+    await sync_all(a, b, c)
+    assert c.board.others_best() == {
+        "chat": Standing(1, 200.0, "u2"),
+        "embed": Standing(0, -31.0, "u3"),
+    }
+
+
+async def test_without_redis_the_last_counts_hold_for_the_ttl_then_each_counts_alone(
+    deployment: Deployment,
+) -> None:
+    a = deployment.process()
+    a.gpu1.in_flight = 2
+    a.gate.best = {"chat": Standing(1, 1.0, "u")}
+    await sync_all(a)
+    broken = Redis(host="127.0.0.1", port=1, socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
+    b = deployment.process(client=broken, ttl=0.3, timeout=0.5)
+    # b reached Redis once (an ordinary client over the same prefix stands for that moment).
+    healthy = SharedSlots(new_client(), [b.gpu1, b.gpu2], deployment.prefix, ttl=0.3)
+    assert await healthy.sync()
+    await healthy.stop()  # withdraws nothing of a's
+    assert b.gpu1.others_in_flight == 2
+    assert not await b.board.sync() and not b.board.healthy
+    assert b.gpu1.others_in_flight == 2  # kept for the TTL
+    await asyncio.sleep(0.35)
+    assert not await b.board.sync()
+    assert b.gpu1.others_in_flight == 0 and b.board.others_best() == {}
+
+
+async def test_an_uncontended_deployment_exchanges_on_its_timer_only(
+    deployment: Deployment,
+) -> None:
+    a = deployment.process(interval=30.0)
+    await a.board.start()
+    await asyncio.sleep(0.05)
+    first = a.board.exchanges
+    assert first == 1
+    for _ in range(20):  # requests come and go; nobody waits anywhere
+        a.gpu1.in_flight += 1
+        a.board.changed()
+        a.gpu1.in_flight -= 1
+        a.board.changed()
+    await asyncio.sleep(0.05)
+    assert a.board.exchanges == first
+    # Someone waits: a slot taken here is told at once.
+    a.gate.best = {"chat": Standing(1, 1.0, "u")}
+    a.board.changed()  # not contended yet as far as the board knows: the next exchange says
+    assert await a.board.sync()
+    before = a.board.exchanges
+    a.gpu1.in_flight = 1
+    a.board.changed()
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        if a.board.exchanges > before:
+            break
+    assert a.board.exchanges > before
