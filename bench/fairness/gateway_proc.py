@@ -65,7 +65,11 @@ async def serve(ns: argparse.Namespace) -> int:
     stats: dict[str, Any] = {"queue": ns.queue, "state": ns.state}
     if slots is not None:
         await slots.stop()
-        stats.update(slot_exchanges=slots.exchanges, deferrals=services.gate.deferrals)
+        stats.update(
+            slot_exchanges=slots.exchanges,
+            deferrals=services.gate.deferrals,
+            overfull=slots.overfull,
+        )
     if shared is not None:
         await shared.stop()
         stats.update(

@@ -495,9 +495,10 @@ def figures(scenario: Scenario, variant: Variant, shots: list[Shot], t: Timing) 
     }
     weights = scenario.weights
     if scenario.name == "weights":
-        errors, jains, used = m.share_errors_and_jain(shots, weights, wins, t.duration)
+        errors, jains, worst = m.share_errors_and_jain(shots, weights, wins, t.duration)
         out["windows"] = len(wins)
-        out["windows_with_backlog"] = used
+        out["windows_with_backlog"] = len(worst)
+        out["worst_share_error_pct_by_window"] = [[a, round(100.0 * e, 2)] for a, e in worst]
         out["share_error_pct"] = m.summary(errors, 100.0)
         out["jain"] = m.summary(jains)
         fair = {u: w / sum(weights.values()) for u, w in weights.items()}

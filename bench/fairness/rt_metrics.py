@@ -105,26 +105,28 @@ def share_errors_and_jain(
     weights: dict[str, float],
     wins: list[tuple[float, float]],
     horizon: float,
-) -> tuple[list[float], list[float], int]:
+) -> tuple[list[float], list[float], list[tuple[float, float]]]:
+    """Every backlogged user's share error in every window, every window's Jain index, and
+    each window's start with its worst error (windows with fewer than two backlogged users are
+    skipped)."""
     events = service_events(shots)
     spans = {u: waiting_spans(shots, u, horizon) for u in weights}
     errors: list[float] = []
     jains: list[float] = []
-    used = 0
+    worst: list[tuple[float, float]] = []
     for a, b in wins:
         users = [u for u in weights if backlogged(spans[u], a, b)]
         if len(users) < 2:
             continue
-        used += 1
         got = service(events, a, b)
         total = sum(got.get(u, 0.0) for u in users)
         total_weight = sum(weights[u] for u in users)
-        for u in users:
-            fair = weights[u] / total_weight * total
-            errors.append(abs(got.get(u, 0.0) / fair - 1.0))
+        these = [abs(got.get(u, 0.0) / (weights[u] / total_weight * total) - 1.0) for u in users]
+        errors += these
+        worst.append((a, max(these)))
         xs = [got.get(u, 0.0) / weights[u] for u in users]
         jains.append(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)))
-    return errors, jains, used
+    return errors, jains, worst
 
 
 def shares(shots: list[Shot], a: float, b: float) -> dict[str, float]:

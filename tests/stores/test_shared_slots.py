@@ -34,6 +34,7 @@ class FakeGate:
     def __init__(self) -> None:
         self.best: dict[str, Standing] = {}
         self.released: list[str] = []
+        self.handing_over = False
 
     def best_waiting(self) -> dict[str, Standing]:
         return dict(self.best)
@@ -92,6 +93,11 @@ async def sync_all(*processes: Process) -> None:
             assert await p.board.sync()
 
 
+def room(backend: BackendState) -> int:
+    """Slots this process may take on `backend` now."""
+    return max(0, backend.max_concurrent - backend.load)
+
+
 async def test_open_requests_of_every_process_count_against_a_backend(
     deployment: Deployment,
 ) -> None:
@@ -100,13 +106,31 @@ async def test_open_requests_of_every_process_count_against_a_backend(
     b.gpu1.in_flight = 1
     b.gpu2.in_flight = 1
     await sync_all(a, b, c)
-    assert (a.gpu1.others_in_flight, a.gpu2.others_in_flight) == (1, 1)
-    assert (c.gpu1.others_in_flight, c.gpu2.others_in_flight) == (2, 1)
-    assert a.gpu1.load == 2 and a.gpu1.full  # max_concurrent 2 between all of them
-    assert c.gpu1.full and not c.gpu2.full
+    for p in (a, b, c):  # gpu-1 is full (max_concurrent 2 between all of them)
+        assert p.gpu1.full and room(p.gpu1) == 0
+    assert c.gpu1.others_in_flight == 2 and a.gpu1.others_in_flight == 1
+    # gpu-2's one free slot is one process's, the same one in every view.
+    assert sorted(room(p.gpu2) for p in (a, b, c)) == [0, 0, 1]
     b.gpu1.in_flight = 0
-    await sync_all(b, c)
-    assert c.gpu1.others_in_flight == 1 and not c.gpu1.full
+    b.gpu2.in_flight = 0
+    await sync_all(a, b, c)
+    assert sorted(room(p.gpu1) for p in (a, b, c)) == [0, 0, 1]
+    assert sorted(room(p.gpu2) for p in (a, b, c)) == [0, 1, 1]
+
+
+async def test_free_slots_go_first_to_the_processes_with_the_best_waiters(
+    deployment: Deployment,
+) -> None:
+    a, b, c = (deployment.process() for _ in range(3))
+    a.gpu1.in_flight = 2
+    a.gpu2.in_flight = 1  # one slot free in all
+    b.gate.best = {"chat": Standing(1, 500.0, "heavy")}
+    c.gate.best = {"chat": Standing(1, 100.0, "light")}
+    await sync_all(a, b, c)
+    assert (room(a.gpu2), room(b.gpu2), room(c.gpu2)) == (0, 0, 1)
+    a.gpu2.in_flight = 0  # two free: one each for the two that wait, best first
+    await sync_all(a, b, c)
+    assert (room(a.gpu2), room(b.gpu2), room(c.gpu2)) == (0, 1, 1)
 
 
 async def test_a_stopped_process_withdraws_and_a_dead_one_expires(
@@ -116,15 +140,15 @@ async def test_a_stopped_process_withdraws_and_a_dead_one_expires(
     b = deployment.process(ttl=0.3)
     c = deployment.process(ttl=0.3)
     a.gpu1.in_flight = 2
-    b.gpu2.in_flight = 1
+    b.gpu2.in_flight = 2
     await sync_all(a, b, c)
-    assert (c.gpu1.others_in_flight, c.gpu2.others_in_flight) == (2, 1)
+    assert c.gpu1.full and c.gpu2.full
     await a.board.stop()  # a clean shutdown: its slots are free for the others at once
     await sync_all(c)
-    assert c.gpu1.others_in_flight == 0 and c.gpu2.others_in_flight == 1
+    assert room(c.gpu1) == 1 and c.gpu2.full  # gpu-1's two free slots: one for b, one for c
     await asyncio.sleep(0.4)  # b stopped exchanging without saying so (it died)
     await sync_all(c)
-    assert c.gpu2.others_in_flight == 0
+    assert room(c.gpu1) == 2 and room(c.gpu2) == 2
 
 
 async def test_best_waiters_reach_the_others_and_free_slots_are_left_for_them(
@@ -143,10 +167,12 @@ async def test_best_waiters_reach_the_others_and_free_slots_are_left_for_them(
     assert b.board.defer("chat", Standing(1, 900.0, "heavy"), now=10.0) == pytest.approx(0.2)
     assert b.board.defer("chat", Standing(1, 900.0, "heavy"), now=10.15) == pytest.approx(0.05)
     assert b.board.defer("chat", Standing(1, 900.0, "heavy"), now=10.2) == 0.0  # ended
-    # Never for the same user (served either way), nor for a waiter that is not better.
-    assert b.board.defer("chat", Standing(1, 900.0, "light"), now=11.0) == 0.0
-    assert b.board.defer("chat", Standing(1, 50.0, "heavy"), now=11.0) == 0.0
+    # Not for a waiter that comes after this one; a's own best comes first for a as well.
+    assert b.board.defer("chat", Standing(1, 50.0, "newcomer"), now=11.0) == 0.0
     assert a.board.defer("chat", Standing(1, 100.0, "light"), now=11.0) == 0.0
+    # What each side published is compared, not the live score of an already published
+    # waiter: both processes see the same pair, so exactly one of them takes the slot.
+    assert a.board.defer("chat", Standing(1, 950.0, "light"), now=11.0) == 0.0
     # A starving waiter outranks any score.
     assert a.board.defer("chat", Standing(0, -40.0, "x"), now=11.0) == 0.0
     assert b.board.defer("other-model", Standing(1, 900.0, "heavy"), now=11.0) == 0.0
@@ -155,6 +181,16 @@ async def test_best_waiters_reach_the_others_and_free_slots_are_left_for_them(
     await sync_all(a, b)
     assert b.board.others_best() == {}
     assert b.board.defer("chat", Standing(1, 900.0, "heavy"), now=12.0) == 0.0
+
+
+async def test_on_a_tie_exactly_one_process_takes_the_slot(deployment: Deployment) -> None:
+    a = deployment.process()
+    b = deployment.process()
+    a.gate.best = {"chat": Standing(1, 100.0, "u")}
+    b.gate.best = {"chat": Standing(1, 100.0, "u")}
+    await sync_all(a, b)
+    deferred = [p.board.defer("chat", Standing(1, 100.0, "u"), now=1.0) > 0 for p in (a, b)]
+    assert sorted(deferred) == [False, True]
 
 
 async def test_the_best_of_several_other_processes_is_the_one_that_counts(
@@ -183,12 +219,12 @@ async def test_without_redis_the_last_counts_hold_for_the_ttl_then_each_counts_a
     healthy = SharedSlots(new_client(), [b.gpu1, b.gpu2], deployment.prefix, ttl=0.3)
     assert await healthy.sync()
     await healthy.stop()  # withdraws nothing of a's
-    assert b.gpu1.others_in_flight == 2
+    assert b.gpu1.full
     assert not await b.board.sync() and not b.board.healthy
-    assert b.gpu1.others_in_flight == 2  # kept for the TTL
+    assert b.gpu1.full  # the others' counts are kept for the TTL
     await asyncio.sleep(0.35)
     assert not await b.board.sync()
-    assert b.gpu1.others_in_flight == 0 and b.board.others_best() == {}
+    assert room(b.gpu1) == 2 and b.board.others_best() == {}
 
 
 async def test_an_uncontended_deployment_exchanges_on_its_timer_only(

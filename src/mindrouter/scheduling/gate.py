@@ -132,6 +132,12 @@ class CapacityGate:
         self._handoff[model] -= 1
         loop.call_soon(self._grant, model)
 
+    @property
+    def handing_over(self) -> bool:
+        """Whether a chosen waiter has not yet run to take its backend slot: until it has, the
+        backends' in-flight counts miss that slot."""
+        return any(self._handoff.values())
+
     def best_waiting(self) -> dict[str, Standing]:
         """For each model with requests waiting here, where the most deserving one stands."""
         return self.queue.best_waiting(self._clock())

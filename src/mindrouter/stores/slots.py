@@ -5,37 +5,47 @@ two replicas would each fill every backend, and each would hand its free slots t
 waiter even when a more deserving user waits at the other replica, which bends the fair shares.
 
 The board. Every process publishes, in one hash in Redis that expires `ttl` after its last
-exchange, its open requests per backend and, for each model it has requests waiting for, where
-its most deserving waiter stands (`Standing`: tier and score of the fair queue's rank, and whose
-it is). One Lua script per exchange replaces this process's hash and returns every other live
-process's; `BackendState.others_in_flight` then holds their sum per backend, so the capacity
-check and the backend score count the whole load. A process that dies stops counting after
-`ttl` (2 s).
+exchange, that it is alive, its open requests per backend and, for each model it has requests
+waiting for, where its most deserving waiter stands (`Standing`: tier and score of the fair
+queue's rank, and whose it is). One Lua script per exchange replaces this process's hash and
+returns every other live process's. A process that dies stops counting after `ttl` (2 s); one
+that stops withdraws at once.
 
-The arbiter. Before the gate gives a free slot to its own best waiter it calls `defer`: when
-another process's best waiter for that model outranks it (and is another user), the slot is
-left for up to `defer_limit` (50 ms) so that the other process takes it: it sees the slot free
-at its next exchange, and its gate decides again after every exchange. Ranks are comparable
-across processes because the counters and the pending output they are made of are shared (the
-fair-share state); the wait bonus is a duration, whoever measures it. If the other process
-does not take the slot in time (it is gone, or its own view differs), the slot goes to the
-local waiter: a slot is never held for longer than the deferral.
+Free slots. After each exchange every process divides each backend's free slots between the
+live processes in the same way, from the same published views: one slot each in turn, first
+among the processes with requests waiting for one of the backend's models (best waiter first),
+among all of them (by id) when nobody waits. `BackendState.others_in_flight` holds the others'
+open requests plus the free slots that are theirs until the next exchange, so the capacity
+check and the backend score count the whole load, and two processes do not fill the same free
+slot at the same moment. A process that uses up its part of a backend exchanges at once.
+
+The arbiter. A slot given back here is this process's to hand on, at once. Before the gate gives
+it to its own best waiter it calls `defer`: when another process's best waiter for that model
+comes first (it outranks this one, or ties with it and that process has the smaller id), the
+slot is left for up to `defer_limit` (50 ms); at the next exchange it is free, and as the best
+waiter's process gets it first, that process takes it, its gate deciding again after every
+exchange. Each side compares the standings both published (the live one only for a waiter not
+yet published), so both agree on who comes first. Ranks are comparable across processes because
+the counters and the pending output they are made of are shared (the fair-share state); the
+wait bonus is a duration, whoever measures it. If the other process does not take the slot in
+time (it is gone, or its view differs), the slot goes to the local waiter: a slot is never held
+for longer than the deferral.
 
 Freshness. While any process has requests waiting, exchanges run every `busy_interval` (5 ms)
-and at once when a slot is taken or given back here (never closer than `min_gap`), so a freed
-slot reaches the deployment's best waiter within a few milliseconds. With nobody waiting they
-run every `interval` (50 ms) and a taken slot wakes nothing: an uncontended deployment costs no
-Redis traffic per request. The counts may be that stale, so two processes may both take the
-last free slot of a backend at the same moment: the backend runs one request above its limit
-for as long as it takes (its engine queues it), and no further slot is handed out until the
-load is below the limit again.
+and at once when a slot is taken or given back here (never closer than `min_gap`); with nobody
+waiting they run every `interval` (50 ms), and a taken slot wakes them only when it fills a
+backend: a deployment with room to spare costs no Redis traffic per request. Views are that
+stale, so when two processes' views disagree (one exchanged just before the other changed) both
+may take a backend's last slot: it then runs one request above its limit for as long as that
+takes (its engine queues it), and no further slot is handed out until the load is back under
+the limit (`overfull` counts the exchanges that saw a backend above its limit).
 
 Redis unreachable: each process keeps the other processes' last counts for `ttl`, then counts
 only its own requests (each process may then fill every backend, as without Redis) and decides
 alone; exchanges resume when Redis answers.
 
-Keys: `{prefix}slots:of:{process}`, a hash (`b:{backend}` -> open requests, `m:{model}` -> a
-standing), and `{prefix}slots:senders`, the set of processes that published one.
+Keys: `{prefix}slots:of:{process}`, a hash (`alive`, `b:{backend}` -> open requests,
+`m:{model}` -> a standing), and `{prefix}slots:senders`, the set of live processes.
 """
 
 from __future__ import annotations
@@ -43,7 +53,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from redis import exceptions as redis_errors
@@ -59,25 +70,25 @@ DEFAULT_BUSY_INTERVAL = 0.005
 DEFAULT_MIN_GAP = 0.002
 DEFAULT_DEFER_LIMIT = 0.05
 DEFAULT_TTL = 2.0
+_HANDOVER_TURNS = 8  # event-loop turns an exchange waits for a chosen waiter to take its slot
 
-# ARGV: key prefix ({prefix}slots:), this process's id, ttl in ms, then nb and nb × (backend,
-# open requests), nm and nm × (model, standing). Reply: the other live processes' fields and
-# values, flattened.
+# ARGV: key prefix ({prefix}slots:), this process's id, ttl in ms, '1' to publish or '0' to
+# withdraw, then nb and nb × (backend, open requests), nm and nm × (model, standing). Reply: for
+# every other live process, its id, the number n of its fields, then n × (field, value).
 _EXCHANGE = """
 local prefix, me, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local senders, mine = prefix .. 'senders', prefix .. 'of:' .. ARGV[2]
 redis.call('DEL', mine)
-local i = 4
-local written = 0
-for _, kind in ipairs({'b:', 'm:'}) do
-  local n = tonumber(ARGV[i]); i = i + 1
-  for _ = 1, n do
-    redis.call('HSET', mine, kind .. ARGV[i], ARGV[i + 1])
-    i = i + 2
+if ARGV[4] == '1' then
+  redis.call('HSET', mine, 'alive', '1')
+  local i = 5
+  for _, kind in ipairs({'b:', 'm:'}) do
+    local n = tonumber(ARGV[i]); i = i + 1
+    for _ = 1, n do
+      redis.call('HSET', mine, kind .. ARGV[i], ARGV[i + 1])
+      i = i + 2
+    end
   end
-  written = written + n
-end
-if written > 0 then
   redis.call('PEXPIRE', mine, ttl)
   redis.call('SADD', senders, me)
   redis.call('PEXPIRE', senders, ttl)
@@ -88,12 +99,25 @@ local out = {}
 for _, other in ipairs(redis.call('SMEMBERS', senders)) do
   if other ~= me then
     local kv = redis.call('HGETALL', prefix .. 'of:' .. other)
-    if #kv == 0 then redis.call('SREM', senders, other) end
-    for j = 1, #kv do out[#out + 1] = kv[j] end
+    if #kv == 0 then
+      redis.call('SREM', senders, other)
+    else
+      out[#out + 1] = other
+      out[#out + 1] = tostring(#kv / 2)
+      for j = 1, #kv do out[#out + 1] = kv[j] end
+    end
   end
 end
 return out
 """
+
+
+@dataclass(slots=True)
+class Seen:
+    """Another process as its last exchange published it."""
+
+    slots: dict[str, int] = field(default_factory=dict)  # backend -> open requests
+    best: dict[str, Standing] = field(default_factory=dict)  # model -> best waiter
 
 
 class SlotsUnavailable(Exception):
@@ -102,6 +126,9 @@ class SlotsUnavailable(Exception):
 
 class Gate(Protocol):
     """What the board needs of the capacity gate: its best waiters, and a nudge to decide."""
+
+    @property
+    def handing_over(self) -> bool: ...
 
     def best_waiting(self) -> dict[str, Standing]: ...
 
@@ -145,7 +172,8 @@ class SharedSlots:
         self._clock = clock
         self._script = client.register_script(_EXCHANGE)
         self._gate: Gate | None = None
-        self._others_best: dict[str, Standing] = {}
+        self._others: dict[str, Seen] = {}  # process id -> what it published
+        self._others_best: dict[str, tuple[Standing, str]] = {}  # model -> (best, whose)
         self._mine_best: dict[str, Standing] = {}
         self._deferring: dict[str, float] = {}  # model -> when its free slot was first left
         self._last_ok = clock()
@@ -159,6 +187,7 @@ class SharedSlots:
             clock,
         )
         self.exchanges = 0
+        self.overfull = 0  # backends seen above their max_concurrent, summed over exchanges
 
     @classmethod
     def from_url(
@@ -189,18 +218,24 @@ class SharedSlots:
 
     def others_best(self) -> dict[str, Standing]:
         """model -> the most deserving waiter of the other processes, as last exchanged."""
-        return dict(self._others_best)
+        return {model: standing for model, (standing, _) in self._others_best.items()}
 
     # -- the request path ---------------------------------------------------------------------
 
     def changed(self) -> None:
-        """A slot was taken or given back here: tell the others at once if anyone waits."""
-        if self.contended:
+        """A slot was taken or given back here: tell the others at once if anyone waits, or
+        if a backend is full (the others must not fill it further)."""
+        if self.contended or any(b.full for b in self._backends):
             self._wake.set()
 
     def defer(self, model: str, best_here: Standing, now: float) -> float:
-        other = self._others_best.get(model)
-        if other is None or other.user == best_here.user or not other.outranks(best_here):
+        entry = self._others_best.get(model)
+        published = self._mine_best.get(model)
+        if published is not None and published.user == best_here.user:
+            # Compare what both sides published: the other process compares the same pair, so
+            # exactly one of the two takes the slot (their live scores drift between exchanges).
+            best_here = published
+        if entry is None or _order(best_here, self._me) <= _order(*entry):
             self._deferring.pop(model, None)
             return 0.0
         since = self._deferring.get(model)
@@ -242,7 +277,7 @@ class SharedSlots:
                 await asyncio.wait({task})
         try:
             async with self._lock:
-                await self._exchange({}, {})
+                await self._exchange({}, {}, publish=False)
         except SlotsUnavailable as exc:
             self._outage.failed(str(exc))
         finally:
@@ -254,17 +289,34 @@ class SharedSlots:
         if Redis answered; errors are logged, never raised."""
         async with self._lock:
             gate = self._gate
+            if gate is not None:
+                # A slot given back here is usually handed to a local waiter at once, but that
+                # waiter takes it on its next turn: publishing before then would show the
+                # slot free to the others, and two would take it.
+                for _ in range(_HANDOVER_TURNS):
+                    if not gate.handing_over:
+                        break
+                    await asyncio.sleep(0)
             best = gate.best_waiting() if gate is not None else {}
             slots = {b.name: b.in_flight for b in self._backends if b.in_flight > 0}
             try:
-                others_slots, others_best = _parse(await self._exchange(slots, best))
+                others = _parse(await self._exchange(slots, best))
             except SlotsUnavailable as exc:
                 self._outage.failed(str(exc))
                 if self._clock() - self._last_ok > self.ttl:
                     self._forget_others()  # in Redis their entries have expired by now too
                 return False
             for b in self._backends:
-                b.others_in_flight = others_slots.get(b.name, 0)
+                b.others_in_flight = self._others_share(b, others, best)
+                if b.load > b.max_concurrent:
+                    self.overfull += 1
+            others_best: dict[str, tuple[Standing, str]] = {}
+            for process, seen in others.items():
+                for model, standing in seen.best.items():
+                    held = others_best.get(model)
+                    if held is None or _order(standing, process) < _order(*held):
+                        others_best[model] = (standing, process)
+            self._others = others
             self._others_best = others_best
             self._mine_best = best
             self._last_ok = self._clock()
@@ -281,15 +333,48 @@ class SharedSlots:
     def _forget_others(self) -> None:
         for b in self._backends:
             b.others_in_flight = 0
+        self._others = {}
         self._others_best = {}
 
-    async def _exchange(self, slots: dict[str, int], best: dict[str, Standing]) -> list[str]:
-        args: list[str | int] = [self._prefix, self._me, int(self.ttl * 1000), len(slots)]
+    def _others_share(
+        self, b: BackendState, others: Mapping[str, Seen], best: Mapping[str, Standing]
+    ) -> int:
+        """What `b`'s load is, for this process, without its own requests: the others' open
+        requests, plus the free slots that go to the others until the next exchange.
+
+        Every process divides a backend's free slots the same way (from the same published
+        views): first among the processes with requests waiting for one of its models, best
+        waiter first, one slot each in turn; among all live processes, by id, when nobody
+        waits. So two processes do not fill the same free slot at the same moment.
+        """
+        taken = sum(seen.slots.get(b.name, 0) for seen in others.values())
+        free = b.max_concurrent - taken - b.in_flight
+        if free <= 0 or not others:
+            return taken
+
+        def first(waiting: Mapping[str, Standing], process: str) -> tuple[int, float, str] | None:
+            keys = [_order(waiting[m], process) for m in b.serves if m in waiting]
+            return min(keys) if keys else None
+
+        views = {process: seen.best for process, seen in others.items()}
+        views[self._me] = dict(best)
+        contenders = {p: k for p, w in views.items() if (k := first(w, p)) is not None}
+        turn = sorted(contenders, key=contenders.__getitem__) if contenders else sorted(views)
+        if self._me not in turn:
+            return taken + free
+        mine = free // len(turn) + (1 if turn.index(self._me) < free % len(turn) else 0)
+        return taken + free - mine
+
+    async def _exchange(
+        self, slots: dict[str, int], best: dict[str, Standing], publish: bool = True
+    ) -> list[str]:
+        args: list[str | int] = [self._prefix, self._me, int(self.ttl * 1000)]
+        args += ["1" if publish else "0", len(slots)]
         for name, n in slots.items():
             args += [name, n]
         args.append(len(best))
         for model, s in best.items():
-            args += [model, f"{s.tier} {s.score!r} {s.user}"]
+            args += [model, f"{s.tier} {s.score!r} {self._me} {s.user}"]
         try:
             async with asyncio.timeout(self.timeout):
                 reply = await self._script(keys=[], args=args)
@@ -298,23 +383,30 @@ class SharedSlots:
         return [text_of(v) for v in reply]
 
 
-def _parse(values: list[str]) -> tuple[dict[str, int], dict[str, Standing]]:
-    if len(values) % 2:
-        raise SlotsUnavailable(f"unexpected reply of {len(values)} values from the script")
-    slots: dict[str, int] = {}
-    best: dict[str, Standing] = {}
-    for field, value in zip(values[::2], values[1::2], strict=True):
-        kind, name = field[:2], field[2:]
-        try:
-            if kind == "b:":
-                slots[name] = slots.get(name, 0) + int(value)
-                continue
-            tier, score, user = value.split(" ", 2)
-            standing = Standing(int(tier), float(score), user)
-        except ValueError:
-            raise SlotsUnavailable(f"unreadable entry {field!r} on the slot board") from None
-        if kind == "m:":
-            held = best.get(name)
-            if held is None or standing.outranks(held):
-                best[name] = standing
-    return slots, best
+def _order(standing: Standing, process: str) -> tuple[int, float, str]:
+    """The order in which the deployment's best waiters are served: the fair queue's rank, ties
+    to the process with the smaller id, so that every process agrees on one."""
+    return (standing.tier, standing.score, process)
+
+
+def _parse(values: list[str]) -> dict[str, Seen]:
+    out: dict[str, Seen] = {}
+    i = 0
+    try:
+        while i < len(values):
+            process, n = values[i], int(values[i + 1])
+            seen = out[process] = Seen()
+            for j in range(i + 2, i + 2 + 2 * n, 2):
+                key, value = values[j], values[j + 1]
+                kind, name = key[:2], key[2:]
+                if kind == "b:":
+                    seen.slots[name] = int(value)
+                elif kind == "m:":
+                    tier, score, _, user = value.split(" ", 3)
+                    seen.best[name] = Standing(int(tier), float(score), user)
+            i += 2 + 2 * n
+    except (ValueError, IndexError):
+        raise SlotsUnavailable(
+            f"unreadable reply of {len(values)} values from the script"
+        ) from None
+    return out
