@@ -6,8 +6,9 @@ The app is the real one (`build_app`: authentication, limits, audit, routing, st
 gate is replaced, as the composition root would build it: `CapacityGate(FairQueue(state))` with
 `state` in memory or shared through Redis (`RedisFairShareState`), or a FIFO queue for the
 baseline; with `--shared-slots`, the backend slots and the arbiter of free slots shared too
-(`SharedSlots`, as the app does whenever Redis is configured). Prints `READY <url>` once it listens; a line `stop` on stdin (or stdin closing) shuts it
-down cleanly, after which it prints `STATS <json>` (the Redis exchanges, when shared).
+(`SharedSlots`, as the app does whenever Redis is configured). Prints `READY <url>` once it
+listens; a line `stop` on stdin (or stdin closing) shuts it down cleanly, after which it prints
+`STATS <json>` (the Redis exchanges, when shared).
 """
 
 from __future__ import annotations

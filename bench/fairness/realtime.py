@@ -531,7 +531,8 @@ async def run_one(
 ) -> dict[str, Any]:
     prefix = f"mrbench:{uuid4().hex[:12]}:"
     load_before = os.getloadavg()[0]
-    gateways, urls = await start_gateways(variant, configs[variant.slots_per_process], redis_url, prefix)
+    config = configs[variant.slots_per_process]
+    gateways, urls = await start_gateways(variant, config, redis_url, prefix)
     try:
         shots = await drive(scenario, urls, keys, t.duration)
     finally:
