@@ -254,3 +254,32 @@ async def test_an_uncontended_deployment_exchanges_on_its_timer_only(
         if a.board.exchanges > before:
             break
     assert a.board.exchanges > before
+
+
+async def test_a_slot_left_for_another_process_stays_left_until_the_deferral_ends(
+    deployment: Deployment,
+) -> None:
+    a = deployment.process(defer_limit=0.2)
+    b = deployment.process(defer_limit=0.2)
+    a.gate.best = {"chat": Standing(1, 100.0, "light")}
+    await sync_all(a, b)
+    assert b.board.defer("chat", Standing(1, 900.0, "heavy"), now=5.0) > 0
+    # A newcomer here that would come first does not take it: a may be taking it right now.
+    assert b.board.defer("chat", Standing(1, 1.0, "newcomer"), now=5.1) > 0
+    assert b.board.defer("chat", Standing(1, 1.0, "newcomer"), now=5.2) == 0.0
+
+
+async def test_a_process_passed_over_while_slots_stay_free_takes_one_after_the_limit(
+    deployment: Deployment,
+) -> None:
+    a = deployment.process(defer_limit=0.2)
+    b = deployment.process(defer_limit=0.2)
+    b.gate.best = {"chat": Standing(1, 1.0, "light")}
+    await sync_all(b)  # b comes first, then stops taking anything (stuck, not yet expired)
+    a.gate.best = {"chat": Standing(1, 500.0, "heavy")}
+    a.gpu1.in_flight = a.gpu2.in_flight = 1  # one slot free on each
+    assert await a.board.sync()
+    assert room(a.gpu1) == 0 and room(a.gpu2) == 0  # b's, as b comes first
+    await asyncio.sleep(0.25)
+    assert await a.board.sync()
+    assert room(a.gpu1) == 1 and room(a.gpu2) == 1

@@ -176,6 +176,7 @@ class SharedSlots:
         self._others_best: dict[str, tuple[Standing, str]] = {}  # model -> (best, whose)
         self._mine_best: dict[str, Standing] = {}
         self._deferring: dict[str, float] = {}  # model -> when its free slot was first left
+        self._passed_over: dict[str, float] = {}  # backend -> since when free slots go elsewhere
         self._last_ok = clock()
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -235,10 +236,13 @@ class SharedSlots:
             # Compare what both sides published: the other process compares the same pair, so
             # exactly one of the two takes the slot (their live scores drift between exchanges).
             best_here = published
-        if entry is None or _order(best_here, self._me) <= _order(*entry):
+        since = self._deferring.get(model)
+        # A slot once left for the others stays theirs until the deferral ends, whoever arrives
+        # here meanwhile: the other process may be taking it right now.
+        kept = since is not None and entry is not None
+        if not kept and (entry is None or _order(best_here, self._me) <= _order(*entry)):
             self._deferring.pop(model, None)
             return 0.0
-        since = self._deferring.get(model)
         if since is None:
             since = self._deferring[model] = now
             self._wake.set()  # the others learn at once that the slot is free
@@ -363,6 +367,14 @@ class SharedSlots:
         if self._me not in turn:
             return taken + free
         mine = free // len(turn) + (1 if turn.index(self._me) < free % len(turn) else 0)
+        if mine or self._me not in contenders:
+            self._passed_over.pop(b.name, None)
+        else:
+            # Waiting here, slots free, none of them ours: the views may disagree (a near tie
+            # seen in two orders). Past the deferral limit, take one anyway.
+            since = self._passed_over.setdefault(b.name, self._clock())
+            if self._clock() - since >= self.defer_limit:
+                mine = 1
         return taken + free - mine
 
     async def _exchange(
