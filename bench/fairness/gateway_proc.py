@@ -56,6 +56,9 @@ async def serve(ns: argparse.Namespace) -> int:
     if slots is not None:
         slots.attach(services.gate)
         await slots.start()
+        if shared is not None:
+            board = slots
+            shared.contended = lambda: board.contended
     print(f"READY {server.url}", flush=True)
     loop = asyncio.get_running_loop()
     while True:

@@ -200,6 +200,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     gate = CapacityGate(FairQueue(fairshare), arbiter=slots)
     if slots is not None:
         slots.attach(gate)
+    if shared_fairshare is not None and slots is not None:
+        shared_fairshare.contended = lambda: slots.contended
     # So are the circuit breakers; the half-open probe may outlast the longest attempt.
     breakers = (
         SharedBreakers.from_url(

@@ -3,9 +3,10 @@
 The scheduler's port (`mindrouter.scheduling.FairShareState`) is synchronous: a decision reads one
 counter per waiting user and must stay well under a millisecond, so it cannot wait for a network.
 `RedisFairShareState` therefore answers every call from a local mirror (`mirror.py`) and a
-background task exchanges with Redis every `sync_interval` seconds (default 50 ms), in one round
-trip (one Lua script, `lua.py`): it pushes this process's pending writes and pulls back the merged
-value of every account and floor this process uses.
+background task exchanges with Redis every `sync_interval` seconds (default 50 ms; every 10 ms,
+and at once after a dispatch, while requests wait for slots in the deployment, as `contended`
+says), in one round trip (one Lua script, `lua.py`): it pushes this process's pending writes and
+pulls back the merged value of every account and floor this process uses.
 
 Merging. Writes are pushed as operations, never as values: a charge adds, a lift and a floor raise
 take a maximum, applied in Redis to the shared value of the moment. Charges from any number of
@@ -62,6 +63,11 @@ from mindrouter.stores.outage import Outage, exchange_forever
 from mindrouter.stores.redis_client import short_timeout_client, text_of
 
 DEFAULT_SYNC_INTERVAL = 0.05
+# While requests wait for slots somewhere, decisions follow each other closely: exchange this
+# often, and at once (at most every BUSY_MIN_GAP) after a dispatch here, so that another process
+# sees a user's new stream before it decides again.
+DEFAULT_BUSY_INTERVAL = 0.01
+BUSY_MIN_GAP = 0.005
 _SENDER_TTL_S = 86_400
 
 
@@ -126,6 +132,10 @@ class RedisFairShareState:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self.busy_interval = min(DEFAULT_BUSY_INTERVAL, sync_interval)
+        # Whether requests wait for slots in the deployment (set by the composition root).
+        self.contended: Callable[[], bool] = lambda: False
         self._outage = Outage(
             "fair-share counters kept locally: Redis unreachable",
             "fair-share counters shared through Redis again",
@@ -185,6 +195,8 @@ class RedisFairShareState:
 
     def add_pending(self, model: str, user: str, amount: float) -> None:
         self._mirror.add_pending(model, user, amount)
+        if amount > 0 and self.contended():
+            self._wake.set()  # a dispatch while others wait: tell them now
 
     def pending_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
         return self._mirror.pending_many(model, users)
@@ -213,9 +225,11 @@ class RedisFairShareState:
             run = exchange_forever(
                 self.sync,
                 self._stopping,
-                interval=self.sync_interval,
+                interval=lambda: self.busy_interval if self.contended() else self.sync_interval,
                 retry_after=self.retry_after,
                 what="fair-share",
+                wake=self._wake,
+                min_gap=min(BUSY_MIN_GAP, self.sync_interval),
             )
             self._task = asyncio.create_task(run, name="fairshare-sync")
 
@@ -225,6 +239,7 @@ class RedisFairShareState:
         task, self._task = self._task, None
         if task is not None:
             self._stopping.set()
+            self._wake.set()
             # Let an exchange in progress finish: cancelling it would leave its batch in doubt.
             _, running = await asyncio.wait({task}, timeout=self.timeout + self.sync_interval)
             if running:  # stuck past its own timeout: its batch stays in doubt, re-sent below
