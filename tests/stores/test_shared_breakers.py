@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from redis.asyncio import Redis
@@ -22,34 +21,19 @@ from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import BackendState
 from mindrouter.stores.breakers import SharedBreakers
 
+from .deployment import Deployment as BaseDeployment
 from .fairshare.conftest import new_client
 
 COOLDOWN = 0.4
 
 
-class Deployment:
+class Deployment(BaseDeployment[SharedBreakers]):
     """Processes sharing one Redis prefix, each with its own copy of the backends."""
-
-    def __init__(self) -> None:
-        self.prefix = f"mrtest:{uuid4().hex}:"
-        self.made: list[tuple[SharedBreakers, Redis]] = []
-        self.admin = new_client()
 
     def process(self, threshold: int = 3, **kw: Any) -> tuple[SharedBreakers, BackendState]:
         client = new_client()
         backend = BackendState(name="gpu-1", engine="vllm", breaker=Breaker(threshold, COOLDOWN))
-        shared = SharedBreakers(client, [backend], self.prefix, **kw)
-        self.made.append((shared, client))
-        return shared, backend
-
-    async def close(self) -> None:
-        for shared, client in self.made:
-            await shared.stop()
-            await client.aclose()
-        keys = [k async for k in self.admin.scan_iter(match=f"{self.prefix}*")]
-        if keys:
-            await self.admin.delete(*keys)
-        await self.admin.aclose()
+        return self.track(SharedBreakers(client, [backend], self.prefix, **kw), client), backend
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from redis.asyncio import Redis
@@ -25,6 +24,7 @@ from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import Standing
 from mindrouter.stores.slots import SharedSlots
 
+from .deployment import Deployment as BaseDeployment
 from .fairshare.conftest import new_client
 
 
@@ -50,32 +50,17 @@ class Process:
         self.gate = gate
 
 
-class Deployment:
-    def __init__(self) -> None:
-        self.prefix = f"mrtest:{uuid4().hex}:"
-        self.made: list[tuple[SharedSlots, Redis]] = []
-        self.admin = new_client()
-
+class Deployment(BaseDeployment[SharedSlots]):
     def process(self, client: Redis | None = None, **kw: Any) -> Process:
         client = client or new_client()
         backends = [
             BackendState(name=n, engine="vllm", max_concurrent=2, serves={"chat": "chat"})
             for n in ("gpu-1", "gpu-2")
         ]
-        board = SharedSlots(client, backends, self.prefix, **kw)
+        board = self.track(SharedSlots(client, backends, self.prefix, **kw), client)
         gate = FakeGate()
         board.attach(gate)
-        self.made.append((board, client))
         return Process(board, backends, gate)
-
-    async def close(self) -> None:
-        for board, client in self.made:
-            await board.stop()
-            await client.aclose()
-        keys = [k async for k in self.admin.scan_iter(match=f"{self.prefix}*")]
-        if keys:
-            await self.admin.delete(*keys)
-        await self.admin.aclose()
 
 
 @pytest.fixture

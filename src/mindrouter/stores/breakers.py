@@ -44,7 +44,7 @@ from redis.asyncio import Redis
 
 from mindrouter.routing.breaker import Unsent
 from mindrouter.routing.catalog import BackendState
-from mindrouter.stores.outage import Outage, exchange_forever
+from mindrouter.stores.outage import ExchangeLoop, Outage
 from mindrouter.stores.redis_client import short_timeout_client, text_of
 
 DEFAULT_INTERVAL = 0.1
@@ -146,9 +146,9 @@ class SharedBreakers:
         self._exchange_script = client.register_script(_EXCHANGE)
         self._claim = client.register_script(_CLAIM)
         self._lock = asyncio.Lock()
-        self._wake = asyncio.Event()
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = ExchangeLoop(
+            self.sync, interval=interval, retry_after=retry_after, what="breaker"
+        )
         self._outage = Outage(
             "circuit breakers kept locally: Redis unreachable",
             "circuit breakers shared through Redis again",
@@ -190,7 +190,7 @@ class SharedBreakers:
 
     def changed(self) -> None:
         """Something worth telling the other processes happened (a failure): exchange now."""
-        self._wake.set()
+        self._loop.poke()
 
     async def claim_probe(self, backend: BackendState) -> bool:
         """Whether this process may send the half-open probe it has just claimed locally
@@ -220,28 +220,11 @@ class SharedBreakers:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._task is None:
-            self._stopping.clear()
-            run = exchange_forever(
-                self.sync,
-                self._stopping,
-                interval=self.interval,
-                retry_after=self.retry_after,
-                what="breaker",
-                wake=self._wake,
-            )
-            self._task = asyncio.create_task(run, name="breaker-sync")
+        self._loop.start()
 
     async def stop(self) -> None:
         """Stops the exchanges, pushes what is left, and closes an owned client."""
-        task, self._task = self._task, None
-        if task is not None:
-            self._stopping.set()
-            self._wake.set()
-            _, running = await asyncio.wait({task}, timeout=self.timeout + self.interval)
-            if running:
-                task.cancel()
-                await asyncio.wait({task})
+        await self._loop.stop(self.timeout + self.interval)
         try:
             await self.sync()
         finally:

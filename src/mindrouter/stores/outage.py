@@ -1,5 +1,6 @@
-"""The background exchange of a shared store with Redis: the loop that runs it, and its outages,
-logged when they start and when they end, not once per failed attempt in between."""
+"""The background exchange of a shared store with Redis: the loop that runs it (`ExchangeLoop`),
+and its outages, logged when they start and when they end, not once per failed attempt in
+between."""
 
 from __future__ import annotations
 
@@ -64,3 +65,57 @@ async def exchange_forever(
             pause -= min_gap
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(alarm.wait(), max(pause, 0.0))
+
+
+class ExchangeLoop:
+    """`exchange_forever` as a task a store starts and stops, with a way to cut its pause short
+    (`poke`) when the store has news for the other processes."""
+
+    def __init__(
+        self,
+        sync: Callable[[], Awaitable[bool]],
+        *,
+        interval: float | Callable[[], float],
+        retry_after: float,
+        what: str,
+        min_gap: float = 0.0,
+    ) -> None:
+        self._sync = sync
+        self._interval = interval
+        self._retry_after = retry_after
+        self._what = what
+        self._min_gap = min_gap
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        """Starts the exchanges (a first one right away); nothing if they already run."""
+        if self._task is None:
+            self._stopping.clear()
+            run = exchange_forever(
+                self._sync,
+                self._stopping,
+                interval=self._interval,
+                retry_after=self._retry_after,
+                what=self._what,
+                wake=self._wake,
+                min_gap=self._min_gap,
+            )
+            self._task = asyncio.create_task(run, name=f"{self._what}-sync")
+
+    async def stop(self, grace: float) -> None:
+        """Stops the exchanges, letting one in progress finish for up to `grace` seconds
+        (cancelling it could leave its writes in doubt) before cancelling it."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        self._stopping.set()
+        self._wake.set()
+        _, running = await asyncio.wait({task}, timeout=grace)
+        if running:
+            task.cancel()
+            await asyncio.wait({task})

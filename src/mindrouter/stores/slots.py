@@ -62,7 +62,7 @@ from redis.asyncio import Redis
 
 from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import Standing
-from mindrouter.stores.outage import Outage, exchange_forever
+from mindrouter.stores.outage import ExchangeLoop, Outage
 from mindrouter.stores.redis_client import short_timeout_client, text_of
 
 DEFAULT_INTERVAL = 0.05
@@ -179,9 +179,13 @@ class SharedSlots:
         self._passed_over: dict[str, float] = {}  # backend -> since when free slots go elsewhere
         self._last_ok = clock()
         self._lock = asyncio.Lock()
-        self._wake = asyncio.Event()
-        self._stopping = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = ExchangeLoop(
+            self.sync,
+            interval=lambda: self.busy_interval if self.contended else self.interval,
+            retry_after=retry_after,
+            what="slot board",
+            min_gap=min_gap,
+        )
         self._outage = Outage(
             "backend slots counted per process: Redis unreachable",
             "backend slots shared through Redis again",
@@ -227,7 +231,7 @@ class SharedSlots:
         """A slot was taken or given back here: tell the others at once if anyone waits, or
         if a backend is full (the others must not fill it further)."""
         if self.contended or any(b.full for b in self._backends):
-            self._wake.set()
+            self._loop.poke()
 
     def defer(self, model: str, best_here: Standing, now: float) -> float:
         entry = self._others_best.get(model)
@@ -245,7 +249,7 @@ class SharedSlots:
             return 0.0
         if since is None:
             since = self._deferring[model] = now
-            self._wake.set()  # the others learn at once that the slot is free
+            self._loop.poke()  # the others learn at once that the slot is free
         left = since + self.defer_limit - now
         if left <= 0:
             del self._deferring[model]
@@ -255,30 +259,12 @@ class SharedSlots:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._task is None:
-            self._stopping.clear()
-            run = exchange_forever(
-                self.sync,
-                self._stopping,
-                interval=lambda: self.busy_interval if self.contended else self.interval,
-                retry_after=self.retry_after,
-                what="slot board",
-                wake=self._wake,
-                min_gap=self.min_gap,
-            )
-            self._task = asyncio.create_task(run, name="slots-sync")
+        self._loop.start()
 
     async def stop(self) -> None:
         """Stops the exchanges and withdraws this process from the board (its slots are free
         for the others at once), then closes an owned client."""
-        task, self._task = self._task, None
-        if task is not None:
-            self._stopping.set()
-            self._wake.set()
-            _, running = await asyncio.wait({task}, timeout=self.timeout + self.interval)
-            if running:
-                task.cancel()
-                await asyncio.wait({task})
+        await self._loop.stop(self.timeout + self.interval)
         try:
             async with self._lock:
                 await self._exchange({}, {}, publish=False)

@@ -59,7 +59,7 @@ from redis.asyncio import Redis
 from mindrouter.observability.logging import log
 from mindrouter.stores.fairshare import lua
 from mindrouter.stores.fairshare.mirror import Account, Batch, LocalMirror, Pulled
-from mindrouter.stores.outage import Outage, exchange_forever
+from mindrouter.stores.outage import ExchangeLoop, Outage
 from mindrouter.stores.redis_client import short_timeout_client, text_of
 
 DEFAULT_SYNC_INTERVAL = 0.05
@@ -130,10 +130,14 @@ class RedisFairShareState:
         self._seq = 0
         self._in_doubt: tuple[int, Batch] | None = None  # sent, outcome unknown
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
-        self._wake = asyncio.Event()
         self.busy_interval = min(DEFAULT_BUSY_INTERVAL, sync_interval)
+        self._loop = ExchangeLoop(
+            self.sync,
+            interval=lambda: self.busy_interval if self.contended() else self.sync_interval,
+            retry_after=retry_after,
+            what="fair-share",
+            min_gap=min(BUSY_MIN_GAP, sync_interval),
+        )
         # Whether requests wait for slots in the deployment (set by the composition root).
         self.contended: Callable[[], bool] = lambda: False
         self._outage = Outage(
@@ -196,7 +200,7 @@ class RedisFairShareState:
     def add_pending(self, model: str, user: str, amount: float) -> None:
         self._mirror.add_pending(model, user, amount)
         if amount > 0 and self.contended():
-            self._wake.set()  # a dispatch while others wait: tell them now
+            self._loop.poke()  # a dispatch while others wait: tell them now
 
     def pending_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
         return self._mirror.pending_many(model, users)
@@ -220,31 +224,13 @@ class RedisFairShareState:
 
     async def start(self) -> None:
         """Starts the background exchanges (a first one right away)."""
-        if self._task is None:
-            self._stopping.clear()
-            run = exchange_forever(
-                self.sync,
-                self._stopping,
-                interval=lambda: self.busy_interval if self.contended() else self.sync_interval,
-                retry_after=self.retry_after,
-                what="fair-share",
-                wake=self._wake,
-                min_gap=min(BUSY_MIN_GAP, self.sync_interval),
-            )
-            self._task = asyncio.create_task(run, name="fairshare-sync")
+        self._loop.start()
 
     async def stop(self) -> None:
         """Stops the exchanges, pushes what is pending (logged if Redis cannot take it), and
         closes the client if this state owns it."""
-        task, self._task = self._task, None
-        if task is not None:
-            self._stopping.set()
-            self._wake.set()
-            # Let an exchange in progress finish: cancelling it would leave its batch in doubt.
-            _, running = await asyncio.wait({task}, timeout=self.timeout + self.sync_interval)
-            if running:  # stuck past its own timeout: its batch stays in doubt, re-sent below
-                task.cancel()
-                await asyncio.wait({task})
+        # A batch still in doubt when its exchange is cancelled is re-sent by the flush below.
+        await self._loop.stop(self.timeout + self.sync_interval)
         try:
             await self.flush()
         finally:
