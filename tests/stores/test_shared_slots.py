@@ -106,11 +106,13 @@ async def test_open_requests_of_every_process_count_against_a_backend(
 async def test_free_slots_go_first_to_the_processes_with_the_best_waiters(
     deployment: Deployment,
 ) -> None:
-    a, b, c = (deployment.process() for _ in range(3))
+    a, b, c = (deployment.process(interval=0.05, defer_limit=1.0) for _ in range(3))
     a.gpu1.in_flight = 2
     a.gpu2.in_flight = 1  # one slot free in all
     b.gate.best = {"chat": Standing(1, 500.0, "heavy")}
     c.gate.best = {"chat": Standing(1, 100.0, "light")}
+    await sync_all(a, b, c)
+    await asyncio.sleep(0.06)  # past the onset (a, waiting for nothing, has exchanged since)
     await sync_all(a, b, c)
     assert (room(a.gpu2), room(b.gpu2), room(c.gpu2)) == (0, 0, 1)
     a.gpu2.in_flight = 0  # two free: one each for the two that wait, best first
@@ -222,18 +224,18 @@ async def test_an_uncontended_deployment_exchanges_on_its_timer_only(
     assert first == 1
     for _ in range(20):  # requests come and go; nobody waits anywhere
         a.gpu1.in_flight += 1
-        a.board.changed()
+        a.board.changed(a.gpu1)
         a.gpu1.in_flight -= 1
-        a.board.changed()
+        a.board.changed(a.gpu1)
     await asyncio.sleep(0.05)
     assert a.board.exchanges == first
     # Someone waits: a slot taken here is told at once.
     a.gate.best = {"chat": Standing(1, 1.0, "u")}
-    a.board.changed()  # not contended yet as far as the board knows: the next exchange says
+    a.board.changed(a.gpu1)  # not contended yet as far as the board knows: the next exchange says
     assert await a.board.sync()
     before = a.board.exchanges
     a.gpu1.in_flight = 1
-    a.board.changed()
+    a.board.changed(a.gpu1)
     for _ in range(50):
         await asyncio.sleep(0.01)
         if a.board.exchanges > before:
@@ -268,3 +270,57 @@ async def test_a_process_passed_over_while_slots_stay_free_takes_one_after_the_l
     await asyncio.sleep(0.25)
     assert await a.board.sync()
     assert room(a.gpu1) == 1 and room(a.gpu2) == 1
+
+
+async def test_just_after_waiting_begins_an_idle_processs_part_is_left_to_it(
+    deployment: Deployment,
+) -> None:
+    a = deployment.process(interval=0.1)
+    b = deployment.process(interval=0.1)
+    await sync_all(a, b)
+    assert room(a.gpu1) == 1 and room(b.gpu1) == 1  # nobody waits: one each
+    b.gate.best = {"chat": Standing(1, 1.0, "u")}  # b has more requests than its part
+    await sync_all(b)
+    # a has not exchanged since and may still take its slot: b does not count on it yet.
+    assert room(b.gpu1) == 1
+    await asyncio.sleep(0.11)
+    await sync_all(a, b)
+    assert room(b.gpu1) == 2 and room(a.gpu1) == 0
+
+
+async def test_a_finished_deferral_leaves_nothing_behind(deployment: Deployment) -> None:
+    a = deployment.process(defer_limit=0.05)
+    b = deployment.process(defer_limit=0.05)
+    a.gate.best = {"chat": Standing(1, 1.0, "light")}
+    await sync_all(a, b)
+    assert (
+        b.board.defer("chat", Standing(1, 900.0, "heavy"), now=asyncio.get_running_loop().time())
+        > 0
+    )
+    a.gate.best = {}  # a took the slot
+    await asyncio.sleep(0.06)
+    await sync_all(a, b)
+    assert not b.board.contended  # back to the quiet interval
+    now = asyncio.get_running_loop().time()
+    a.gate.best = {"chat": Standing(1, 1.0, "light")}
+    await sync_all(a, b)
+    assert b.board.defer("chat", Standing(1, 900.0, "heavy"), now=now) == pytest.approx(0.05)
+
+
+async def test_being_passed_over_is_counted_afresh_after_the_backend_was_full(
+    deployment: Deployment,
+) -> None:
+    a = deployment.process(defer_limit=0.2)
+    b = deployment.process(defer_limit=0.2)
+    a.gate.best = {"chat": Standing(1, 500.0, "heavy")}
+    b.gate.best = {"chat": Standing(1, 1.0, "light")}
+    a.gpu1.in_flight = 1
+    a.gpu2.in_flight = 2
+    await sync_all(a, b)
+    assert room(a.gpu1) == 0  # gpu-1's free slot is b's
+    a.gpu1.in_flight = 2  # full: nobody is passed over
+    await sync_all(a)
+    await asyncio.sleep(0.25)
+    a.gpu1.in_flight = 1
+    await sync_all(a)
+    assert room(a.gpu1) == 0  # a fresh wait, not the old one

@@ -197,7 +197,7 @@ class Flight:
         self.backend = backend
         self.ctx.backend = backend.name
         if self.s.slots is not None:
-            self.s.slots.changed()
+            self.s.slots.changed(backend)
 
     def drop(self) -> None:
         b = self.backend
@@ -205,7 +205,7 @@ class Flight:
             b.in_flight -= 1
             self.backend = None
             if self.s.slots is not None:
-                self.s.slots.changed()
+                self.s.slots.changed(b)
             for model in b.serves:
                 if model != self.spec.name:
                     self.s.gate.release(model)

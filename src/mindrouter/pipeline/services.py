@@ -38,7 +38,7 @@ class SharedBreakers(Protocol):
 class SharedSlots(Protocol):
     """The backend slot board shared with the other gateway processes (absent with one)."""
 
-    def changed(self) -> None: ...
+    def changed(self, backend: BackendState) -> None: ...
 
 
 @dataclass(slots=True)

@@ -24,6 +24,7 @@ the one free slot. Several free slots are therefore filled one decision per even
 
 A slot that frees without `release` being called (a backend comes back, another process lets
 go) is noticed by polling: waiting tasks re-check their model at most once per `poll_interval`.
+
 Several processes. With an `arbiter` (the shared slot board, when gateway processes share
 backends through Redis), a free slot is first offered to the deployment: before handing it to its
 own best waiter, the gate asks the arbiter whether another process has a more deserving one
@@ -73,7 +74,7 @@ class CapacityGate:
         self.default_timeout = default_timeout
         self.poll_interval = poll_interval
         self.wakeups = 0  # waiters woken by a decision: exactly one per slot handed out
-        self.deferrals = 0  # free slots left for a better waiter of another process
+        self.deferrals = 0  # times a free slot was left for a better waiter of another process
         self._clock = clock
         self._waiters: dict[str, asyncio.Future[None]] = {}
         self._checks: dict[str, Callable[[str], bool]] = {}
@@ -180,9 +181,9 @@ class CapacityGate:
         wait = self.arbiter.defer(job.model, self.queue.standing(job, now), now)
         if wait <= 0:
             return False
-        self.deferrals += 1
         model = job.model
         if model not in self._rechecks:
+            self.deferrals += 1
             loop = asyncio.get_running_loop()
             self._rechecks[model] = loop.call_later(wait, self._recheck, model)
         return True

@@ -177,6 +177,7 @@ class SharedSlots:
         self._mine_best: dict[str, Standing] = {}
         self._deferring: dict[str, float] = {}  # model -> when its free slot was first left
         self._passed_over: dict[str, float] = {}  # backend -> since when free slots go elsewhere
+        self._waiting_since = -float("inf")  # when requests last began waiting here
         self._last_ok = clock()
         self._lock = asyncio.Lock()
         self._loop = ExchangeLoop(
@@ -227,10 +228,10 @@ class SharedSlots:
 
     # -- the request path ---------------------------------------------------------------------
 
-    def changed(self) -> None:
-        """A slot was taken or given back here: tell the others at once if anyone waits, or
-        if a backend is full (the others must not fill it further)."""
-        if self.contended or any(b.full for b in self._backends):
+    def changed(self, backend: BackendState) -> None:
+        """A slot of `backend` was taken or given back here: tell the others at once if anyone
+        waits, or if the backend is full (the others must not fill it further)."""
+        if self.contended or backend.full:
             self._loop.poke()
 
     def defer(self, model: str, best_here: Standing, now: float) -> float:
@@ -296,6 +297,8 @@ class SharedSlots:
                 if self._clock() - self._last_ok > self.ttl:
                     self._forget_others()  # in Redis their entries have expired by now too
                 return False
+            if best and not self._mine_best:
+                self._waiting_since = self._clock()
             for b in self._backends:
                 b.others_in_flight = self._others_share(b, others, best)
                 if b.load > b.max_concurrent:
@@ -309,6 +312,12 @@ class SharedSlots:
             self._others = others
             self._others_best = others_best
             self._mine_best = best
+            # A deferral whose window has passed is over, taken or not: it no longer makes this
+            # process contended, nor dates the next one.
+            now = self._clock()
+            for model, since in list(self._deferring.items()):
+                if now - since >= self.defer_limit or model not in self._others_best:
+                    del self._deferring[model]
             self._last_ok = self._clock()
             self.exchanges += 1
             self._outage.succeeded()
@@ -325,6 +334,8 @@ class SharedSlots:
             b.others_in_flight = 0
         self._others = {}
         self._others_best = {}
+        self._deferring.clear()
+        self._passed_over.clear()
 
     def _others_share(
         self, b: BackendState, others: Mapping[str, Seen], best: Mapping[str, Standing]
@@ -340,6 +351,7 @@ class SharedSlots:
         taken = sum(seen.slots.get(b.name, 0) for seen in others.values())
         free = b.max_concurrent - taken - b.in_flight
         if free <= 0 or not others:
+            self._passed_over.pop(b.name, None)
             return taken
 
         def first(waiting: Mapping[str, Standing], process: str) -> tuple[int, float, str] | None:
@@ -349,10 +361,26 @@ class SharedSlots:
         views = {process: seen.best for process, seen in others.items()}
         views[self._me] = dict(best)
         contenders = {p: k for p, w in views.items() if (k := first(w, p)) is not None}
-        turn = sorted(contenders, key=contenders.__getitem__) if contenders else sorted(views)
-        if self._me not in turn:
-            return taken + free
-        mine = free // len(turn) + (1 if turn.index(self._me) < free % len(turn) else 0)
+
+        def part(process: str, turn: list[str]) -> int:
+            if process not in turn:
+                return 0
+            return free // len(turn) + (1 if turn.index(process) < free % len(turn) else 0)
+
+        by_id = sorted(views)
+        if not contenders:
+            self._passed_over.pop(b.name, None)
+            return taken + free - part(self._me, by_id)
+        mine = part(self._me, sorted(contenders, key=contenders.__getitem__))
+        if (
+            self._me in contenders
+            and self._clock() - self._waiting_since < self.interval
+            and any(part(p, by_id) for p in views if p not in contenders)
+        ):
+            # Waiting only just began here, and a process nobody waits at may still take its
+            # part of the division by id until its next exchange (within one `interval`):
+            # leave those parts alone until then.
+            mine = min(mine, part(self._me, by_id))
         if mine or self._me not in contenders:
             self._passed_over.pop(b.name, None)
         else:
