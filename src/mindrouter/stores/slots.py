@@ -17,7 +17,11 @@ among the processes with requests waiting for one of the backend's models (best 
 among all of them (by id) when nobody waits. `BackendState.others_in_flight` holds the others'
 open requests plus the free slots that are theirs until the next exchange, so the capacity
 check and the backend score count the whole load, and two processes do not fill the same free
-slot at the same moment. A process that uses up its part of a backend exchanges at once.
+slot at the same moment. A process that uses up its part of a backend exchanges at once. For
+one `interval` after requests start waiting at a process, it leaves a process that nobody waits
+at its part of the division by id (that process exchanges every `interval` and may take it
+meanwhile); a process that waits while free slots go elsewhere takes one after `defer_limit`
+(views that disagree, or a process that stopped taking anything).
 
 The arbiter. A slot given back here is this process's to hand on, at once. Before the gate gives
 it to its own best waiter it calls `defer`: when another process's best waiter for that model
