@@ -16,7 +16,6 @@ from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import take_snapshot
-from mindrouter.stores.slots import SharedSlots
 
 
 def backend_view(b: BackendState, now: float) -> dict[str, Any]:
@@ -86,7 +85,7 @@ def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
         snap = dataclasses.asdict(take_snapshot(gateway.s.gate.queue, now))
         snap["recent_decisions"] = list(gateway.decisions)
         slots = gateway.s.slots
-        if isinstance(slots, SharedSlots):
+        if slots is not None:
             snap["elsewhere"] = {
                 "best_waiting": {m: s._asdict() for m, s in slots.others_best().items()},
                 "slots_left_for_others": gateway.s.gate.deferrals,

@@ -12,7 +12,7 @@ from mindrouter.identity.principal import Principal
 from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.catalog import BackendState, Catalog
-from mindrouter.scheduling import CapacityGate
+from mindrouter.scheduling import CapacityGate, Standing
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
 from mindrouter.stores.limits import LimitStore
 
@@ -39,6 +39,8 @@ class SharedSlots(Protocol):
     """The backend slot board shared with the other gateway processes (absent with one)."""
 
     def changed(self, backend: BackendState) -> None: ...
+
+    def others_best(self) -> dict[str, Standing]: ...
 
 
 @dataclass(slots=True)

@@ -35,41 +35,12 @@ class Outage:
             self.since = None
 
 
-async def exchange_forever(
-    sync: Callable[[], Awaitable[bool]],
-    stopping: asyncio.Event,
-    *,
-    interval: float | Callable[[], float],
-    retry_after: float,
-    what: str,
-    wake: asyncio.Event | None = None,
-    min_gap: float = 0.0,
-) -> None:
-    """Calls `sync` every `interval` seconds (asked again after each call when it is a function;
-    `retry_after` after one that failed) until `stopping` is set. `wake`, set by whoever has
-    news (and by whoever sets `stopping`), cuts the pause short, but never below `min_gap`: that
-    bounds the exchanges a busy process makes, however often it has news."""
-    alarm = wake or stopping
-    while not stopping.is_set():
-        if wake is not None:
-            wake.clear()
-        try:
-            ok = await sync()
-        except Exception as exc:  # a bug must not stop the sharing for good
-            log.error(f"{what} sync failed", exc_info=exc)
-            ok = False
-        pause = (interval() if callable(interval) else interval) if ok else retry_after
-        if min_gap > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), min_gap)
-            pause -= min_gap
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(alarm.wait(), max(pause, 0.0))
-
-
 class ExchangeLoop:
-    """`exchange_forever` as a task a store starts and stops, with a way to cut its pause short
-    (`poke`) when the store has news for the other processes."""
+    """A store's background exchange with Redis, as a task it starts and stops: calls `sync`
+    every `interval` seconds (asked again after each call when it is a function; `retry_after`
+    after one that failed). `poke`, called when the store has news for the other processes,
+    cuts the pause short, but never below `min_gap`: that bounds the exchanges a busy process
+    makes, however often it has news."""
 
     def __init__(
         self,
@@ -96,16 +67,7 @@ class ExchangeLoop:
         """Starts the exchanges (a first one right away); nothing if they already run."""
         if self._task is None:
             self._stopping.clear()
-            run = exchange_forever(
-                self._sync,
-                self._stopping,
-                interval=self._interval,
-                retry_after=self._retry_after,
-                what=self._what,
-                wake=self._wake,
-                min_gap=self._min_gap,
-            )
-            self._task = asyncio.create_task(run, name=f"{self._what}-sync")
+            self._task = asyncio.create_task(self._run(), name=f"{self._what}-sync")
 
     async def stop(self, grace: float) -> None:
         """Stops the exchanges, letting one in progress finish for up to `grace` seconds
@@ -119,3 +81,20 @@ class ExchangeLoop:
         if running:
             task.cancel()
             await asyncio.wait({task})
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                ok = await self._sync()
+            except Exception as exc:  # a bug must not stop the sharing for good
+                log.error(f"{self._what} sync failed", exc_info=exc)
+                ok = False
+            interval = self._interval
+            pause = (interval() if callable(interval) else interval) if ok else self._retry_after
+            if self._min_gap > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self._min_gap)
+                pause -= self._min_gap
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(pause, 0.0))

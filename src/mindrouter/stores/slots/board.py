@@ -48,8 +48,7 @@ Redis unreachable: each process keeps the other processes' last counts for `ttl`
 only its own requests (each process may then fill every backend, as without Redis) and decides
 alone; exchanges resume when Redis answers.
 
-Keys: `{prefix}slots:of:{process}`, a hash (`alive`, `b:{backend}` -> open requests,
-`m:{model}` -> a standing), and `{prefix}slots:senders`, the set of live processes.
+Keys and the script: `lua.py`.
 """
 
 from __future__ import annotations
@@ -58,7 +57,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from redis import exceptions as redis_errors
@@ -68,6 +66,8 @@ from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import Standing
 from mindrouter.stores.outage import ExchangeLoop, Outage
 from mindrouter.stores.redis_client import short_timeout_client, text_of
+from mindrouter.stores.slots import lua
+from mindrouter.stores.slots.division import best_by_model, order, part, turns
 
 DEFAULT_INTERVAL = 0.05
 DEFAULT_BUSY_INTERVAL = 0.005
@@ -75,53 +75,6 @@ DEFAULT_MIN_GAP = 0.002
 DEFAULT_DEFER_LIMIT = 0.05
 DEFAULT_TTL = 2.0
 _HANDOVER_TURNS = 8  # event-loop turns an exchange waits for a chosen waiter to take its slot
-
-# ARGV: key prefix ({prefix}slots:), this process's id, ttl in ms, '1' to publish or '0' to
-# withdraw, then nb and nb × (backend, open requests), nm and nm × (model, standing). Reply: for
-# every other live process, its id, the number n of its fields, then n × (field, value).
-_EXCHANGE = """
-local prefix, me, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local senders, mine = prefix .. 'senders', prefix .. 'of:' .. ARGV[2]
-redis.call('DEL', mine)
-if ARGV[4] == '1' then
-  redis.call('HSET', mine, 'alive', '1')
-  local i = 5
-  for _, kind in ipairs({'b:', 'm:'}) do
-    local n = tonumber(ARGV[i]); i = i + 1
-    for _ = 1, n do
-      redis.call('HSET', mine, kind .. ARGV[i], ARGV[i + 1])
-      i = i + 2
-    end
-  end
-  redis.call('PEXPIRE', mine, ttl)
-  redis.call('SADD', senders, me)
-  redis.call('PEXPIRE', senders, ttl)
-else
-  redis.call('SREM', senders, me)
-end
-local out = {}
-for _, other in ipairs(redis.call('SMEMBERS', senders)) do
-  if other ~= me then
-    local kv = redis.call('HGETALL', prefix .. 'of:' .. other)
-    if #kv == 0 then
-      redis.call('SREM', senders, other)
-    else
-      out[#out + 1] = other
-      out[#out + 1] = tostring(#kv / 2)
-      for j = 1, #kv do out[#out + 1] = kv[j] end
-    end
-  end
-end
-return out
-"""
-
-
-@dataclass(slots=True)
-class Seen:
-    """Another process as its last exchange published it."""
-
-    slots: dict[str, int] = field(default_factory=dict)  # backend -> open requests
-    best: dict[str, Standing] = field(default_factory=dict)  # model -> best waiter
 
 
 class SlotsUnavailable(Exception):
@@ -174,9 +127,8 @@ class SharedSlots:
         self.timeout = timeout
         self.retry_after = retry_after
         self._clock = clock
-        self._script = client.register_script(_EXCHANGE)
+        self._script = client.register_script(lua.EXCHANGE)
         self._gate: Gate | None = None
-        self._others: dict[str, Seen] = {}  # process id -> what it published
         self._others_best: dict[str, tuple[Standing, str]] = {}  # model -> (best, whose)
         self._mine_best: dict[str, Standing] = {}
         self._deferring: dict[str, float] = {}  # model -> when its free slot was first left
@@ -249,7 +201,7 @@ class SharedSlots:
         # A slot once left for the others stays theirs until the deferral ends, whoever arrives
         # here meanwhile: the other process may be taking it right now.
         kept = since is not None and entry is not None
-        if not kept and (entry is None or _order(best_here, self._me) <= _order(*entry)):
+        if not kept and (entry is None or order(best_here, self._me) <= order(*entry)):
             self._deferring.pop(model, None)
             return 0.0
         if since is None:
@@ -295,7 +247,7 @@ class SharedSlots:
             best = gate.best_waiting() if gate is not None else {}
             slots = {b.name: b.in_flight for b in self._backends if b.in_flight > 0}
             try:
-                others = _parse(await self._exchange(slots, best))
+                others = await self._exchange(slots, best)
             except SlotsUnavailable as exc:
                 self._outage.failed(str(exc))
                 if self._clock() - self._last_ok > self.ttl:
@@ -307,14 +259,7 @@ class SharedSlots:
                 b.others_in_flight = self._others_share(b, others, best)
                 if b.load > b.max_concurrent:
                     self.overfull += 1
-            others_best: dict[str, tuple[Standing, str]] = {}
-            for process, seen in others.items():
-                for model, standing in seen.best.items():
-                    held = others_best.get(model)
-                    if held is None or _order(standing, process) < _order(*held):
-                        others_best[model] = (standing, process)
-            self._others = others
-            self._others_best = others_best
+            self._others_best = best_by_model({p: seen.best for p, seen in others.items()})
             self._mine_best = best
             # A deferral whose window has passed is over, taken or not: it no longer makes this
             # process contended, nor dates the next one.
@@ -336,56 +281,37 @@ class SharedSlots:
     def _forget_others(self) -> None:
         for b in self._backends:
             b.others_in_flight = 0
-        self._others = {}
         self._others_best = {}
         self._deferring.clear()
         self._passed_over.clear()
 
     def _others_share(
-        self, b: BackendState, others: Mapping[str, Seen], best: Mapping[str, Standing]
+        self, b: BackendState, others: Mapping[str, lua.Seen], best: Mapping[str, Standing]
     ) -> int:
         """What `b`'s load is, for this process, without its own requests: the others' open
-        requests, plus the free slots that go to the others until the next exchange.
-
-        Every process divides a backend's free slots the same way (from the same published
-        views): first among the processes with requests waiting for one of its models, best
-        waiter first, one slot each in turn; among all live processes, by id, when nobody
-        waits. So two processes do not fill the same free slot at the same moment.
-        """
+        requests, plus the free slots that go to the others until the next exchange (divided
+        as `division.py` says)."""
         taken = sum(seen.slots.get(b.name, 0) for seen in others.values())
         free = b.max_concurrent - taken - b.in_flight
         if free <= 0 or not others:
             self._passed_over.pop(b.name, None)
             return taken
-
-        def first(waiting: Mapping[str, Standing], process: str) -> tuple[int, float, str] | None:
-            keys = [_order(waiting[m], process) for m in b.serves if m in waiting]
-            return min(keys) if keys else None
-
-        views = {process: seen.best for process, seen in others.items()}
-        views[self._me] = dict(best)
-        contenders = {p: k for p, w in views.items() if (k := first(w, p)) is not None}
-
-        def part(process: str, turn: list[str]) -> int:
-            if process not in turn:
-                return 0
-            return free // len(turn) + (1 if turn.index(process) < free % len(turn) else 0)
-
-        by_id = sorted(views)
-        if not contenders:
+        views: dict[str, Mapping[str, Standing]] = {p: seen.best for p, seen in others.items()}
+        views[self._me] = best
+        waiting, by_id = turns(views, b.serves)
+        me = self._me
+        if me not in waiting:
             self._passed_over.pop(b.name, None)
-            return taken + free - part(self._me, by_id)
-        mine = part(self._me, sorted(contenders, key=contenders.__getitem__))
-        if (
-            self._me in contenders
-            and self._clock() - self._waiting_since < self.interval
-            and any(part(p, by_id) for p in views if p not in contenders)
+            return taken + free - (part(free, by_id, me) if not waiting else 0)
+        mine = part(free, waiting, me)
+        if self._clock() - self._waiting_since < self.interval and any(
+            part(free, by_id, p) for p in by_id if p not in waiting
         ):
             # Waiting only just began here, and a process nobody waits at may still take its
             # part of the division by id until its next exchange (within one `interval`):
             # leave those parts alone until then.
-            mine = min(mine, part(self._me, by_id))
-        if mine or self._me not in contenders:
+            mine = min(mine, part(free, by_id, me))
+        if mine:
             self._passed_over.pop(b.name, None)
         else:
             # Waiting here, slots free, none of them ours: the views may disagree (a near tie
@@ -397,46 +323,18 @@ class SharedSlots:
 
     async def _exchange(
         self, slots: dict[str, int], best: dict[str, Standing], publish: bool = True
-    ) -> list[str]:
-        args: list[str | int] = [self._prefix, self._me, int(self.ttl * 1000)]
-        args += ["1" if publish else "0", len(slots)]
-        for name, n in slots.items():
-            args += [name, n]
-        args.append(len(best))
-        for model, s in best.items():
-            args += [model, f"{s.tier} {s.score!r} {self._me} {s.user}"]
+    ) -> dict[str, lua.Seen]:
+        args = lua.arguments(
+            self._prefix,
+            self._me,
+            ttl_ms=int(self.ttl * 1000),
+            slots=slots,
+            best=best,
+            publish=publish,
+        )
         try:
             async with asyncio.timeout(self.timeout):
                 reply = await self._script(keys=[], args=args)
-        except (redis_errors.RedisError, OSError, TimeoutError) as exc:
+            return lua.parse([text_of(v) for v in reply])
+        except (redis_errors.RedisError, OSError, TimeoutError, lua.UnreadableReply) as exc:
             raise SlotsUnavailable(f"{type(exc).__name__}: {exc}") from exc
-        return [text_of(v) for v in reply]
-
-
-def _order(standing: Standing, process: str) -> tuple[int, float, str]:
-    """The order in which the deployment's best waiters are served: the fair queue's rank, ties
-    to the process with the smaller id, so that every process agrees on one."""
-    return (standing.tier, standing.score, process)
-
-
-def _parse(values: list[str]) -> dict[str, Seen]:
-    out: dict[str, Seen] = {}
-    i = 0
-    try:
-        while i < len(values):
-            process, n = values[i], int(values[i + 1])
-            seen = out[process] = Seen()
-            for j in range(i + 2, i + 2 + 2 * n, 2):
-                key, value = values[j], values[j + 1]
-                kind, name = key[:2], key[2:]
-                if kind == "b:":
-                    seen.slots[name] = int(value)
-                elif kind == "m:":
-                    tier, score, _, user = value.split(" ", 3)
-                    seen.best[name] = Standing(int(tier), float(score), user)
-            i += 2 + 2 * n
-    except (ValueError, IndexError):
-        raise SlotsUnavailable(
-            f"unreadable reply of {len(values)} values from the script"
-        ) from None
-    return out
