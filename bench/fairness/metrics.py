@@ -12,7 +12,11 @@ by nothing: weights enter only through the fair share), counted when the slot pr
   "owed" skips slots already owed to an earlier light request still waiting, the best any policy
   can do when two light requests arrive during the same busy spell;
 - share in the first minute after rejoining, in points above the weighted fair share among the
-  users active in that minute.
+  users active in that minute;
+- requests owed per window: for every user, its weighted fair part of a window's service (at the
+  run's mean service rate) over the mean cost of one of its requests; the least of these. Below
+  ~15, one request is a visible lump of a user's share and the share error shows it whatever the
+  scheduler does.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
-from bench.fairness.simulator import DEADLINE, Record
+from bench.fairness.simulator import COSTS, DEADLINE, Record
 
 WINDOW = 60.0
 STEP = 10.0
@@ -94,6 +98,21 @@ def share_errors_and_jain(
         xs = [got.get(u, 0.0) / weights[u] for u in users]
         jains.append(sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)))
     return errors, jains
+
+
+def requests_owed_per_window(rec: Record, weights: dict[str, float]) -> float:
+    served = [t for t, _, _, _ in rec.service if t >= WINDOW]
+    if not served or rec.duration <= WINDOW:
+        return float("nan")
+    rate = sum(c for t, _, c, _ in rec.service if t >= WINDOW) / (rec.duration - WINDOW)
+    costs: dict[str, list[float]] = {}
+    for out in rec.outcomes.values():
+        req = out.req
+        costs.setdefault(req.user, []).append(COSTS.of(req.prompt_tokens, req.output_tokens))
+    total_weight = sum(weights.values())
+    return min(
+        weights[u] / total_weight * rate * WINDOW / (sum(c) / len(c)) for u, c in costs.items()
+    )
 
 
 def light_excess_delays(rec: Record, users: set[str]) -> tuple[list[float], list[float]]:
