@@ -5,12 +5,13 @@ bookkeeping does it), but no decision reads them."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from mindrouter.scheduling import FairQueue, Job
 
 
 class FifoQueue(FairQueue):
-    def pick(self, model: str, now: float) -> Job | None:
+    def pick(self, model: str, now: float, fits: Callable[[Job], bool] | None = None) -> Job | None:
         # The first job of each user's FIFO is that user's oldest; the oldest of those is the
         # oldest job of the model. Reaches into the queue's internals: a benchmark baseline only.
         per_user = self._waiting.get(model)
@@ -19,7 +20,9 @@ class FifoQueue(FairQueue):
         best: Job | None = None
         best_seq = math.inf
         for fifo in per_user.values():
-            job = fifo[next(iter(fifo))]
+            job = next((j for j in fifo.values() if fits is None or fits(j)), None)
+            if job is None:
+                continue
             seq = self._seq[job.id]
             if seq < best_seq:
                 best, best_seq = job, seq
