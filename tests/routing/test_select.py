@@ -12,6 +12,7 @@ from mindrouter.routing.catalog import STRUCTURED_OUTPUT, BackendState
 from mindrouter.routing.select import (
     GPU_SCORES,
     ScoreWeights,
+    fastest,
     predicted_seconds,
     rank_backends,
     score,
@@ -107,12 +108,26 @@ def test_the_predicted_time_is_ttft_plus_the_requests_output_at_the_recent_speed
     assert [b.name for b, _ in long] == ["fast-decode", "quick-start"]
 
 
-def test_twice_as_fast_is_worth_the_latency_weight_whatever_the_size() -> None:
+def test_twice_as_slow_as_the_fastest_costs_the_latency_weight_whatever_the_size() -> None:
     w = ScoreWeights()
     for tokens in (50, 5000):
         slow, fast = be("slow", tpot_ema=0.04), be("fast", tpot_ema=0.02)
-        gain = score(fast, MODEL, w, tokens) - score(slow, MODEL, w, tokens)
-        assert gain == pytest.approx(w.latency)
+        best = fastest([slow, fast], tokens)
+        assert best == pytest.approx(0.02 * tokens)
+        assert score(fast, MODEL, w, tokens, best) == score(be("fast"), MODEL, w, tokens, best)
+        loss = score(fast, MODEL, w, tokens, best) - score(slow, MODEL, w, tokens, best)
+        assert loss == pytest.approx(w.latency)
+
+
+def test_a_backend_not_measured_yet_counts_as_fast_as_the_fastest() -> None:
+    # It gets requests, so it gets measured; a measured backend is never favoured over it.
+    slow = be("slow", ttft_ema=0.2, tpot_ema=0.2)
+    assert order(slow, be("new")) == ["new", "slow"]
+    assert order(be("a-new"), be("fast", ttft_ema=0.01, tpot_ema=0.001)) == ["a-new", "fast"]
+    # Speed is a tie-breaker: it never outweighs a much freer backend.
+    busy_fast = be("busy-fast", ttft_ema=0.1, tpot_ema=0.01, in_flight=6, max_concurrent=8)
+    idle_slow = be("idle-slow", ttft_ema=0.1, tpot_ema=0.02, in_flight=0, max_concurrent=8)
+    assert order(busy_fast, idle_slow) == ["idle-slow", "busy-fast"]
 
 
 def test_a_longer_engine_queue_loses() -> None:

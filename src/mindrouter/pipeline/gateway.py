@@ -51,7 +51,7 @@ from mindrouter.pipeline.outcome import record_outcome
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.routing.catalog import BackendState, ModelSpec, check_modality
-from mindrouter.routing.select import predicted_seconds, rank_backends, score
+from mindrouter.routing.select import fastest, predicted_seconds, rank_backends, score
 from mindrouter.stores.limits import Limits, UsageSnapshot
 from mindrouter.tokens import estimate_chat_input
 
@@ -142,6 +142,7 @@ class Gateway:
         )
         if not ranked:
             raise Overloaded(f"no healthy backend is serving model '{spec.name}' right now")
+        best_time = fastest((b for b, _ in ranked), output)
         self.decisions.append(
             {
                 "model": spec.name,
@@ -150,7 +151,7 @@ class Gateway:
                 "ranked": [
                     {
                         "backend": b.name,
-                        "score": round(score(b, spec.name, weights, output), 2),
+                        "score": round(score(b, spec.name, weights, output, best_time), 2),
                         "predicted_s": _rounded(predicted_seconds(b, output)),
                         "full": b.full,
                     }

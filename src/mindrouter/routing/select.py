@@ -7,13 +7,16 @@ class, a shorter engine queue and a shorter predicted time for the request as ti
 
 The predicted time is the backend's recent time to first token plus its recent time per output
 token times the request's expected output (moving averages of streamed requests, not their total
-time, which depends on how long each answer was). It scores on a log scale: a backend predicted
-to be twice as fast gains `latency` points, whatever the request's size.
+time, which depends on how long each answer was). It scores against the fastest candidate on a
+log scale: a backend predicted to take twice as long as the fastest loses `latency` points,
+whatever the request's size. A backend not measured yet loses nothing, so it gets requests and
+is measured.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 
 from mindrouter.routing.catalog import BackendState
@@ -40,7 +43,7 @@ class ScoreWeights:
     utilisation: float = 20.0  # times the free fraction of the backend's slots
     priority: float = 5.0  # per admin priority point
     gpu: float = 1.0  # times the GPU class score (GPU_SCORES: 0 to 10)
-    latency: float = 2.0  # per halving of the predicted time of the request
+    latency: float = 2.0  # less per doubling of the predicted time over the fastest candidate's
     queue: float = 2.0  # per request waiting in the engine's own queue
 
     def __post_init__(self) -> None:
@@ -51,8 +54,8 @@ class ScoreWeights:
 
 
 DEFAULT_WEIGHTS = ScoreWeights()
-# Predicted times below this score as this: a cached ttft of a few milliseconds says nothing
-# about speed that a tenth of a second would not.
+# Predicted times below this compare as this: between a first token in 5 ms and one in 20 ms
+# there is nothing worth routing on.
 MIN_PREDICTED_S = 0.1
 
 
@@ -63,17 +66,30 @@ def predicted_seconds(b: BackendState, output_tokens: int) -> float | None:
     return (b.ttft_ema or 0.0) + (b.tpot_ema or 0.0) * output_tokens
 
 
+def fastest(backends: Iterable[BackendState], output_tokens: int) -> float | None:
+    """The shortest predicted time among `backends`; None if none is measured."""
+    times = [t for b in backends if (t := predicted_seconds(b, output_tokens)) is not None]
+    return min(times) if times else None
+
+
 def score(
-    b: BackendState, model: str, w: ScoreWeights = DEFAULT_WEIGHTS, output_tokens: int = 256
+    b: BackendState,
+    model: str,
+    w: ScoreWeights = DEFAULT_WEIGHTS,
+    output_tokens: int = 256,
+    best_time: float | None = None,
 ) -> float:
+    """`b`'s score for a request of `output_tokens`; `best_time` is the fastest candidate's
+    predicted time (`fastest`), None to leave speed out."""
     free = max(0.0, 1.0 - b.load / b.max_concurrent)
     total = w.utilisation * free + w.priority * b.priority - w.queue * b.waiting
     if model in b.loaded:
         total += w.loaded
     total += w.gpu * GPU_SCORES.get((b.gpu or "").upper(), 0.0)
     predicted = predicted_seconds(b, output_tokens)
-    if predicted is not None:
-        total -= w.latency * math.log2(max(predicted, MIN_PREDICTED_S) / MIN_PREDICTED_S)
+    if predicted is not None and best_time is not None:
+        ratio = max(predicted, MIN_PREDICTED_S) / max(best_time, MIN_PREDICTED_S)
+        total -= w.latency * math.log2(ratio)
     return total
 
 
@@ -89,9 +105,10 @@ def rank_backends(
     """Candidates that pass the hard constraints: those with a free slot first, each group best
     score first."""
     usable = [(b, up) for b, up in candidates if b.usable(now) and requires <= b.features]
+    best_time = fastest((b for b, _ in usable), output_tokens)
 
     def key(item: tuple[BackendState, str]) -> tuple[bool, float, str]:
         b = item[0]
-        return (b.full, -score(b, model or "", weights, output_tokens), b.name)
+        return (b.full, -score(b, model or "", weights, output_tokens, best_time), b.name)
 
     return sorted(usable, key=key)
