@@ -8,9 +8,12 @@ by nothing: weights enter only through the fair share), counted when the slot pr
   (weight ÷ their total weight × their total service) − 1, as an absolute value;
 - weighted Jain's index over the same windows and users: (Σx)² ÷ (n·Σx²), x = service ÷ weight;
 - light-user excess delay: time from arrival to start, minus the wait for the next free slot of
-  the model after arrival (zero if a slot was idle). "Strict" takes the next slot to free;
-  "owed" skips slots already owed to an earlier light request still waiting, the best any policy
-  can do when two light requests arrive during the same busy spell;
+  the model after arrival (zero if a slot was idle). "Strict" takes the next slot to free, for
+  every light request on its own. "Owed" is the best any policy can do when light requests
+  overlap: each light request, in arrival order, is owed the next slot to free that is not
+  already owed to an earlier one; the light requests' starts are then matched to the owed slots
+  in time order (`matched_excess`), so that which light request takes which of the light users'
+  slots is left to the scheduler (a fair one serves the less-served light user first);
 - share in the first minute after rejoining, in points above the weighted fair share among the
   users active in that minute;
 - requests owed per window: for every user, its weighted fair part of a window's service (at the
@@ -115,10 +118,16 @@ def requests_owed_per_window(rec: Record, weights: dict[str, float]) -> float:
     )
 
 
+def matched_excess(starts: list[float], owed: list[float]) -> list[float]:
+    """The excess of each start over the owed slot it is matched to, both taken in time order."""
+    return [max(0.0, a - o) for a, o in zip(sorted(starts), sorted(owed), strict=True)]
+
+
 def light_excess_delays(rec: Record, users: set[str]) -> tuple[list[float], list[float]]:
     """Excess delays (s) of `users`' requests: (strict, owed). Unserved ones count the deadline."""
     strict: list[float] = []
-    owed: list[float] = []
+    starts: dict[str, list[float]] = {}  # model -> when its light requests started
+    owed: dict[str, list[float]] = {}  # model -> the slots owed to them
     taken: dict[str, set[int]] = {}
     light = sorted(
         (o for o in rec.outcomes.values() if o.req.user in users and not o.refused),
@@ -132,16 +141,16 @@ def light_excess_delays(rec: Record, users: set[str]) -> tuple[list[float], list
         i = bisect.bisect_left(frees, req.arrival)
         next_free = req.arrival if idle else (frees[i] if i < len(frees) else rec.duration)
         strict.append(max(0.0, delay - (next_free - req.arrival)))
+        starts.setdefault(req.model, []).append(req.arrival + delay)
         if idle:
-            owed.append(max(0.0, delay))
+            owed.setdefault(req.model, []).append(req.arrival)
             continue
         used = taken.setdefault(req.model, set())
         while i in used:
             i += 1
         used.add(i)
-        ref = frees[i] if i < len(frees) else rec.duration
-        owed.append(max(0.0, delay - (ref - req.arrival)))
-    return strict, owed
+        owed.setdefault(req.model, []).append(frees[i] if i < len(frees) else rec.duration)
+    return strict, [e for model in starts for e in matched_excess(starts[model], owed[model])]
 
 
 def _idle_slot_at(rec: Record, model: str, t: float, own: str) -> bool:

@@ -23,7 +23,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from bench.fairness.metrics import percentile
+from bench.fairness.metrics import matched_excess, percentile
 
 GAP = 0.1
 
@@ -153,12 +153,14 @@ def light_delays(
     shots: list[Shot], light: set[str], slots_per_gateway: int, horizon: float
 ) -> tuple[list[float], list[float], list[float]]:
     """(delays, strict excess, owed excess) in seconds of the light users' requests, as in the
-    simulated-clock mode: "strict" takes the next slot to free after sending, "owed" skips slots
-    already owed to an earlier light request still waiting. An unserved request counts up to the
-    end of the run."""
+    simulated-clock mode (`metrics.light_excess_delays`): "strict" takes the next slot to free
+    after sending; "owed" skips slots already owed to an earlier light request still waiting and
+    matches the light requests' first tokens to the owed slots in time order. An unserved request
+    counts up to the end of the run."""
     delays: list[float] = []
     strict: list[float] = []
-    owed: list[float] = []
+    starts: dict[int, list[float]] = {}  # gateway -> when its light requests started
+    owed: dict[int, list[float]] = {}  # gateway -> the slots owed to them
     busy: dict[int, list[tuple[float, float]]] = {}
     frees: dict[int, list[float]] = {}
     for s in shots:
@@ -177,9 +179,10 @@ def light_delays(
         holding = sum(1 for a, b in busy.get(s.gateway, []) if a <= s.sent < b and a != s.first)
         times = frees.get(s.gateway, [])
         i = bisect.bisect_left(times, s.sent)
+        starts.setdefault(s.gateway, []).append(s.sent + delay)
         if holding < slots_per_gateway:
             strict.append(max(0.0, delay))
-            owed.append(max(0.0, delay))
+            owed.setdefault(s.gateway, []).append(s.sent)
             continue
         next_free = times[i] if i < len(times) else horizon
         strict.append(max(0.0, delay - (next_free - s.sent)))
@@ -187,9 +190,9 @@ def light_delays(
         while i in used:
             i += 1
         used.add(i)
-        ref = times[i] if i < len(times) else horizon
-        owed.append(max(0.0, delay - (ref - s.sent)))
-    return delays, strict, owed
+        owed.setdefault(s.gateway, []).append(times[i] if i < len(times) else horizon)
+    excess = [e for g in starts for e in matched_excess(starts[g], owed[g])]
+    return delays, strict, excess
 
 
 def summary(values: Iterable[float], scale: float = 1.0) -> dict[str, float]:
