@@ -513,8 +513,11 @@ def figures(scenario: Scenario, variant: Variant, shots: list[Shot], t: Timing) 
         out["w3_to_w1_service_ratio"] = w3 / w1 if w1 else float("nan")
     else:
         light = {o.user for o in scenario.open}
-        per_gateway = slots if variant.shared_slots else slots // variant.replicas
-        delays, strict, owed = m.light_delays(shots, light, per_gateway, t.duration)
+        # With the slot board every gateway shares every slot; without, each owns its part.
+        pool = slots if variant.shared_slots else slots // variant.replicas
+        delays, strict, owed = m.light_delays(
+            shots, light, pool, t.duration, pooled=variant.shared_slots
+        )
         out["light_delay_ms"] = m.summary(delays, 1000.0)
         out["light_excess_delay_ms"] = m.summary(strict, 1000.0)
         out["light_excess_owed_ms"] = m.summary(owed, 1000.0)
