@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from mindrouter.routing.select import ScoreWeights
 from mindrouter.settings import ConfigError, load_settings, settings_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,8 +70,35 @@ def test_config_error_names_the_key(tmp_path: Path) -> None:
         ({"backends": [{"name": "b", "engine": "vllm", "url": "ftp://x"}]}, "url"),
         ({"port": "eighty"}, "port"),
         ({"redis_unavailable": "sometimes"}, "redis_unavailable"),
+        ({"routing_weights": {"loadad": 50}}, "routing_weights.loadad: unknown"),
+        ({"routing_weights": {"latency": -1}}, "routing_weights.latency: a weight must be"),
+        ({"routing_weights": {"gpu": "fast"}}, "routing_weights.gpu: expected float"),
+        ({"routing_weights": [1, 2]}, "routing_weights: expected dict"),
+        (
+            {
+                "backends": [
+                    {"name": "b", "engine": "openai", "url": "http://x", "structured_output": "no"}
+                ]
+            },
+            r"backends\[0\]\.structured_output: expected bool",
+        ),
     ],
 )
 def test_config_validation(raw: dict[str, object], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         settings_from_dict(raw)
+
+
+def test_routing_weights_and_structured_output_are_read() -> None:
+    s = settings_from_dict(
+        {
+            "routing_weights": {"loaded": 50, "latency": 4.5},
+            "backends": [
+                {"name": "a", "engine": "openai", "url": "http://a", "structured_output": False},
+                {"name": "b", "engine": "vllm", "url": "http://b"},
+            ],
+        }
+    )
+    assert s.routing_weights == ScoreWeights(loaded=50.0, latency=4.5)
+    assert [b.structured_output for b in s.backends] == [False, True]
+    assert settings_from_dict({}).routing_weights == ScoreWeights()

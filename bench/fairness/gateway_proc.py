@@ -1,5 +1,5 @@
 """One gateway process for the real-time benchmark, with its capacity gate chosen on the command
-line: `python -m bench.fairness.gateway_proc CONFIG.json --queue fair|fifo
+line: `python -m bench.fairness.gateway_proc CONFIG.json --queue fair|fifo|rr
 --state memory|redis`.
 
 The app is the real one (`build_app`: authentication, limits, audit, routing, streaming); only the
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.fairness.fifo import FifoQueue
+from bench.fairness.fifo import FifoQueue, RoundRobinQueue
 from mindrouter.app import build_app
 from mindrouter.observability.logging import configure_logging
 from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMemoryFairShareState
@@ -41,7 +41,7 @@ async def serve(ns: argparse.Namespace) -> int:
         state = shared
     else:
         state = InMemoryFairShareState()
-    queues = {"fair": FairQueue, "fifo": FifoQueue}
+    queues = {"fair": FairQueue, "fifo": FifoQueue, "rr": RoundRobinQueue}
     queue = queues[ns.queue](state)
     services = app.state.gateway.s
     slots: SharedSlots | None = None
@@ -86,7 +86,7 @@ async def serve(ns: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fairness.gateway_proc")
     parser.add_argument("config", help="gateway settings as JSON")
-    parser.add_argument("--queue", choices=("fair", "fifo"), default="fair")
+    parser.add_argument("--queue", choices=("fair", "fifo", "rr"), default="fair")
     parser.add_argument("--state", choices=("memory", "redis"), default="memory")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--prefix", default="mr:")

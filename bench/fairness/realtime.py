@@ -8,6 +8,7 @@ groups of scheduler_weight 3 and 1 and one API key per user; only its capacity g
 variant:
 
     fcfs                 one process, the gate over a FIFO queue (arrival order, `fifo.py`)
+    round robin          one process, the gate over a queue where users take turns (`fifo.py`)
     ours                 one process, FairQueue over InMemoryFairShareState (today's app.py)
     ours, Redis state    one process, FairQueue over RedisFairShareState (what sharing costs)
     ours, 2 replicas     two processes, each its own gate and queue, sharing through Redis
@@ -85,7 +86,7 @@ WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "n
 @dataclass(frozen=True, slots=True)
 class Variant:
     name: str
-    queue: str  # fair | fifo
+    queue: str  # fair | fifo | rr
     state: str  # memory | redis
     replicas: int
     sync_interval: float = 0.05  # RedisFairShareState's, when the state is shared
@@ -99,6 +100,7 @@ class Variant:
 
 VARIANTS = (
     Variant("fcfs", "fifo", "memory", 1),
+    Variant("round robin", "rr", "memory", 1),
     Variant("ours", "fair", "memory", 1),
     Variant("ours, Redis state", "fair", "redis", 1),
     Variant("ours, 2 replicas", "fair", "redis", 2, shared_slots=True),
@@ -511,8 +513,11 @@ def figures(scenario: Scenario, variant: Variant, shots: list[Shot], t: Timing) 
         out["w3_to_w1_service_ratio"] = w3 / w1 if w1 else float("nan")
     else:
         light = {o.user for o in scenario.open}
-        per_gateway = slots if variant.shared_slots else slots // variant.replicas
-        delays, strict, owed = m.light_delays(shots, light, per_gateway, t.duration)
+        # With the slot board every gateway shares every slot; without, each owns its part.
+        pool = slots if variant.shared_slots else slots // variant.replicas
+        delays, strict, owed = m.light_delays(
+            shots, light, pool, t.duration, pooled=variant.shared_slots
+        )
         out["light_delay_ms"] = m.summary(delays, 1000.0)
         out["light_excess_delay_ms"] = m.summary(strict, 1000.0)
         out["light_excess_owed_ms"] = m.summary(owed, 1000.0)

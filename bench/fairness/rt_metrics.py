@@ -11,10 +11,11 @@ Same definitions as the simulated-clock mode (`metrics.py`), measured from the c
   users): |service ÷ (weight ÷ Σ weights × Σ service) − 1|; weighted Jain's index over the same;
 - a slot is busy from a request's first token to its last; the light-user excess delay is the
   time from sending to the first token minus the wait for the next slot to free after sending (0
-  when one was idle), counted on the slots of the gateway the request was sent to.
+  when one was idle), counted on the slots the request could have: those of every gateway when
+  they share the backends' slots (the slot board), else its own gateway's part.
 
-Windows are shorter than the simulated-clock mode's 60 s because the runs are (one minute at
-most): see `realtime.py`.
+Windows are 20 s by default, shorter than the simulated-clock mode's 60 s, because the default
+runs last one minute: see `realtime.py` (`--duration`, `--window`).
 """
 
 from __future__ import annotations
@@ -150,25 +151,30 @@ def utilisation(shots: list[Shot], a: float, b: float, slots: int, horizon: floa
 
 
 def light_delays(
-    shots: list[Shot], light: set[str], slots_per_gateway: int, horizon: float
+    shots: list[Shot], light: set[str], slots_per_pool: int, horizon: float, pooled: bool = False
 ) -> tuple[list[float], list[float], list[float]]:
     """(delays, strict excess, owed excess) in seconds of the light users' requests, as in the
     simulated-clock mode (`metrics.light_excess_delays`): "strict" takes the next slot to free
     after sending; "owed" skips slots already owed to an earlier light request still waiting and
     matches the light requests' first tokens to the owed slots in time order. An unserved request
-    counts up to the end of the run."""
+    counts up to the end of the run. Slots are counted per gateway (each owns its part of every
+    backend), or with `pooled` as one pool of `slots_per_pool` that every gateway shares."""
     delays: list[float] = []
     strict: list[float] = []
-    starts: dict[int, list[float]] = {}  # gateway -> when its light requests started
-    owed: dict[int, list[float]] = {}  # gateway -> the slots owed to them
+    starts: dict[int, list[float]] = {}  # pool -> when its light requests started
+    owed: dict[int, list[float]] = {}  # pool -> the slots owed to them
     busy: dict[int, list[tuple[float, float]]] = {}
     frees: dict[int, list[float]] = {}
+
+    def pool(s: Shot) -> int:
+        return 0 if pooled else s.gateway
+
     for s in shots:
         if s.first is not None:
             end = s.end if s.end is not None else horizon
-            busy.setdefault(s.gateway, []).append((s.first, end))
+            busy.setdefault(pool(s), []).append((s.first, end))
             if s.end is not None:
-                frees.setdefault(s.gateway, []).append(s.end)
+                frees.setdefault(pool(s), []).append(s.end)
     for times in frees.values():
         times.sort()
     taken: dict[int, set[int]] = {}
@@ -176,21 +182,21 @@ def light_delays(
         delay = (s.first if s.first is not None else horizon) - s.sent
         delays.append(delay)
         # A slot was idle if fewer requests than slots held one when this one was sent.
-        holding = sum(1 for a, b in busy.get(s.gateway, []) if a <= s.sent < b and a != s.first)
-        times = frees.get(s.gateway, [])
+        holding = sum(1 for a, b in busy.get(pool(s), []) if a <= s.sent < b and a != s.first)
+        times = frees.get(pool(s), [])
         i = bisect.bisect_left(times, s.sent)
-        starts.setdefault(s.gateway, []).append(s.sent + delay)
-        if holding < slots_per_gateway:
+        starts.setdefault(pool(s), []).append(s.sent + delay)
+        if holding < slots_per_pool:
             strict.append(max(0.0, delay))
-            owed.setdefault(s.gateway, []).append(s.sent)
+            owed.setdefault(pool(s), []).append(s.sent)
             continue
         next_free = times[i] if i < len(times) else horizon
         strict.append(max(0.0, delay - (next_free - s.sent)))
-        used = taken.setdefault(s.gateway, set())
+        used = taken.setdefault(pool(s), set())
         while i in used:
             i += 1
         used.add(i)
-        owed.setdefault(s.gateway, []).append(times[i] if i < len(times) else horizon)
+        owed.setdefault(pool(s), []).append(times[i] if i < len(times) else horizon)
     excess = [e for g in starts for e in matched_excess(starts[g], owed[g])]
     return delays, strict, excess
 

@@ -34,7 +34,7 @@ from mindrouter.pipeline.gateway import Gateway
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.breaker import Breaker
-from mindrouter.routing.catalog import BackendState, Catalog, ModelSpec
+from mindrouter.routing.catalog import FEATURES, STRUCTURED_OUTPUT, BackendState, Catalog, ModelSpec
 from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMemoryFairShareState
 from mindrouter.settings import Settings
 from mindrouter.stores.breakers import SharedBreakers
@@ -76,6 +76,7 @@ def build_catalog(settings: Settings) -> Catalog:
                 priority=b.priority,
                 gpu=b.gpu,
                 serves=serves,
+                features=FEATURES if b.structured_output else FEATURES - {STRUCTURED_OUTPUT},
                 breaker=Breaker(settings.breaker_threshold, settings.breaker_cooldown_s),
             )
         )
@@ -224,6 +225,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         metrics=metrics,
         max_attempts=settings.max_attempts,
         capacity_wait=settings.capacity_wait_s,
+        score_weights=settings.routing_weights,
         breakers=breakers,
         slots=slots,
     )

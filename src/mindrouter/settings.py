@@ -7,13 +7,14 @@ the config stops the gateway at start rather than surfacing as a strange request
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
 from mindrouter.backends.base import ENGINES, Engine, Timeouts
+from mindrouter.routing.select import ScoreWeights
 
 CAPABILITIES = ("chat", "vision", "embedding", "tools", "thinking")
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
@@ -55,6 +56,7 @@ class BackendSettings:
     priority: int = 0
     models: list[BackendModel] | None = None
     api_key: str | None = None
+    structured_output: bool = True
 
 
 @dataclass(slots=True)
@@ -87,6 +89,7 @@ class Settings:
     health_interval_s: float = 10.0
     breaker_threshold: int = 3
     breaker_cooldown_s: float = 30.0
+    routing_weights: ScoreWeights = field(default_factory=ScoreWeights)
     groups: list[GroupSettings] = field(default_factory=list)
     users: list[UserSettings] = field(default_factory=list)
     backends: list[BackendSettings] = field(default_factory=list)
@@ -158,6 +161,7 @@ def _backend(d: dict[str, Any], where: str) -> BackendSettings:
         priority=_get(d, "priority", int, where, 0),
         models=models,
         api_key=_get(d, "api_key", str, where, None),
+        structured_output=_get(d, "structured_output", bool, where, True),
     )
 
 
@@ -187,6 +191,18 @@ def _group(d: dict[str, Any], where: str) -> GroupSettings:
     if g.scheduler_weight <= 0:
         raise ConfigError(f"{where}.scheduler_weight: must be positive")
     return g
+
+
+def _routing_weights(d: dict[str, Any]) -> ScoreWeights:
+    known = {f.name for f in fields(ScoreWeights)}
+    for key in d:
+        if key not in known:
+            raise ConfigError(f"routing_weights.{key}: unknown; use {', '.join(sorted(known))}")
+    values = {k: v for k in d if (v := _get(d, k, float, "routing_weights", None)) is not None}
+    try:
+        return ScoreWeights(**values)
+    except ValueError as exc:
+        raise ConfigError(f"routing_weights.{exc}") from None
 
 
 def settings_from_dict(raw: dict[str, Any]) -> Settings:
@@ -234,6 +250,7 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     s.breaker_cooldown_s = _get(raw, "breaker_cooldown_s", float, "", s.breaker_cooldown_s)
     if s.health_interval_s <= 0 or s.breaker_threshold < 1 or s.breaker_cooldown_s < 0:
         raise ConfigError("health_interval_s, breaker_threshold and breaker_cooldown_s: positive")
+    s.routing_weights = _routing_weights(_get(raw, "routing_weights", dict, "", {}))
     s.groups = [_group(d, f"groups[{i}]") for i, d in enumerate(_items(raw, "groups"))]
     s.users = [
         UserSettings(_name(d, f"users[{i}]"), _get(d, "group", str, f"users[{i}]", "default"))

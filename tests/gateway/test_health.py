@@ -20,7 +20,6 @@ import socket
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -39,28 +38,12 @@ from tests.gateway.test_resilience import (
     ollama_sim,
     post,
     request_body,
-    start_cluster,
     vllm_sim,
     wait_for,
 )
 
 SIMS = {"vllm": vllm_sim, "llamacpp": llamacpp_sim, "ollama": ollama_sim}
 INTERVAL = 0.2
-
-
-@pytest.fixture
-def cluster_factory() -> Iterator[Callable[..., Cluster]]:
-    made: list[Cluster] = []
-
-    def make(*args: Any, **kwargs: Any) -> Cluster:
-        made.append(start_cluster(*args, **kwargs))
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for c in made:
-            c.close()
 
 
 def _status(c: Cluster, name: str) -> str:

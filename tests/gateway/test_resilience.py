@@ -2,9 +2,9 @@
 
 Every test builds its own small cluster: simulated engines serving the same model `m`, and a
 gateway in front of them. The backend that is meant to fail gets `priority: 3` (worth more than
-the latency bonus a backend earns by serving streams), so the router tries it first whenever it
-is usable; what the other backend's records and the audit trail show then proves whether the
-gateway retried, timed out, failed over or stayed away.
+the latency term makes of the speed differences between simulators), so the router tries it
+first whenever it is usable; what the other backend's records and the audit trail show then
+proves whether the gateway retried, timed out, failed over or stayed away.
 
 - a backend that is down (a closed port from the start, or stopped while the gateway runs),
   one failing half its requests, or one that hangs: every request still succeeds elsewhere;
@@ -217,22 +217,6 @@ def start_cluster(
             sim.stop()
         raise
     return Cluster(gateway, sims, states, settings, key, app)
-
-
-@pytest.fixture
-def cluster_factory() -> Iterator[Callable[..., Cluster]]:
-    """`start_cluster`, with every cluster it made closed after the test."""
-    made: list[Cluster] = []
-
-    def make(*args: Any, **kwargs: Any) -> Cluster:
-        made.append(start_cluster(*args, **kwargs))
-        return made[-1]
-
-    try:
-        yield make
-    finally:
-        for c in made:
-            c.close()
 
 
 def wait_for(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:

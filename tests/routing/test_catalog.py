@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import pytest
 
+from mindrouter.canonical import ChatRequest, EmbeddingRequest, Message, ResponseFormat, TextPart
 from mindrouter.errors import InvalidRequest, ModelNotFound
 from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import (
     DEFAULT_CONTEXT,
+    EMA_ALPHA,
+    STRUCTURED_OUTPUT,
     BackendState,
     Catalog,
     ModelSpec,
     check_modality,
     guess_spec,
+    required_features,
 )
 
 
@@ -146,9 +150,49 @@ def test_backend_status_and_usability() -> None:
     assert b.full
 
 
-def test_ttft_is_a_moving_average() -> None:
+def test_ttft_and_time_per_token_are_moving_averages() -> None:
     b = BackendState("b", "vllm")
     b.observe_ttft(1.0)
-    assert b.ttft_ema == 1.0
-    b.observe_ttft(2.0, alpha=0.5)
-    assert b.ttft_ema == 1.5
+    b.observe_tpot(0.05)
+    assert (b.ttft_ema, b.tpot_ema) == (1.0, 0.05)  # the first sample is taken as it is
+    b.observe_ttft(2.0)
+    b.observe_tpot(0.1)
+    assert b.ttft_ema == pytest.approx(1.0 + EMA_ALPHA * 1.0)
+    assert b.tpot_ema == pytest.approx(0.05 + EMA_ALPHA * 0.05)
+
+
+def test_structured_output_is_required_only_by_json_mode_and_schemas() -> None:
+    def chat(fmt: ResponseFormat | None) -> ChatRequest:
+        return ChatRequest(
+            model="m", messages=[Message("user", [TextPart("hi")])], response_format=fmt
+        )
+
+    assert required_features(chat(None)) == frozenset()
+    assert required_features(chat(ResponseFormat("text"))) == frozenset()
+    assert required_features(chat(ResponseFormat("json"))) == {STRUCTURED_OUTPUT}
+    schema = ResponseFormat("json_schema", schema={"type": "object"})
+    assert required_features(chat(schema)) == {STRUCTURED_OUTPUT}
+    assert required_features(EmbeddingRequest(model="e", inputs=["x"])) == frozenset()
+
+
+def test_room_counts_only_backends_with_the_features_required() -> None:
+    plain = BackendState(
+        "plain", "openai", max_concurrent=1, serves={"m": "m"}, features=frozenset()
+    )
+    able = BackendState("able", "vllm", max_concurrent=1, serves={"m": "m"})
+    cat = Catalog([ModelSpec("m")], [plain, able])
+    need = frozenset({STRUCTURED_OUTPUT})
+    assert cat.has_room("m", frozenset(), 0.0) and cat.has_room("m", need, 0.0)
+    able.in_flight = 1
+    assert cat.has_room("m", frozenset(), 0.0)  # the plain backend still has its slot
+    assert not cat.has_room("m", need, 0.0)
+    cat.check_features(ModelSpec("m"), need)  # some backend of the model could take it
+
+
+def test_a_request_no_backend_of_the_model_could_take_is_refused() -> None:
+    plain = BackendState("plain", "openai", serves={"m": "m"}, features=frozenset())
+    cat = Catalog([ModelSpec("m")], [plain])
+    cat.check_features(ModelSpec("m"), frozenset())
+    with pytest.raises(InvalidRequest, match="supports structured output") as err:
+        cat.check_features(ModelSpec("m"), frozenset({STRUCTURED_OUTPUT}))
+    assert err.value.param == "response_format"

@@ -8,8 +8,15 @@ from typing import Any
 import pytest
 
 from mindrouter.routing.breaker import Breaker
-from mindrouter.routing.catalog import BackendState
-from mindrouter.routing.select import GPU_SCORES, ScoreWeights, rank_backends, score
+from mindrouter.routing.catalog import STRUCTURED_OUTPUT, BackendState
+from mindrouter.routing.select import (
+    GPU_SCORES,
+    ScoreWeights,
+    fastest,
+    predicted_seconds,
+    rank_backends,
+    score,
+)
 
 MODEL = "m"
 NOW = 100.0
@@ -81,6 +88,46 @@ def test_admin_priority_wins_a_tie() -> None:
 
 def test_lower_recent_latency_wins_a_tie() -> None:
     assert order(be("slow", ttft_ema=2.0), be("fast", ttft_ema=0.1)) == ["fast", "slow"]
+    # Time per output token counts too: a quick first token does not make a slow decoder fast.
+    quick_start = be("quick-start", ttft_ema=0.1, tpot_ema=0.05)
+    fast_decode = be("fast-decode", ttft_ema=0.5, tpot_ema=0.01)
+    assert order(quick_start, fast_decode) == ["fast-decode", "quick-start"]
+
+
+def test_the_predicted_time_is_ttft_plus_the_requests_output_at_the_recent_speed() -> None:
+    b = be("b", ttft_ema=0.5, tpot_ema=0.02)
+    assert predicted_seconds(b, 100) == pytest.approx(2.5)
+    assert predicted_seconds(be("unmeasured"), 100) is None
+    # A short answer is decided by the first token, a long one by the decoding speed.
+    quick_start = be("quick-start", ttft_ema=0.2, tpot_ema=0.04)
+    fast_decode = be("fast-decode", ttft_ema=2.0, tpot_ema=0.01)
+    pair = [(quick_start, "m"), (fast_decode, "m")]
+    short = rank_backends(pair, NOW, MODEL, output_tokens=10)
+    long = rank_backends(pair, NOW, MODEL, output_tokens=2000)
+    assert [b.name for b, _ in short] == ["quick-start", "fast-decode"]
+    assert [b.name for b, _ in long] == ["fast-decode", "quick-start"]
+
+
+def test_twice_as_slow_as_the_fastest_costs_the_latency_weight_whatever_the_size() -> None:
+    w = ScoreWeights()
+    for tokens in (50, 5000):
+        slow, fast = be("slow", tpot_ema=0.04), be("fast", tpot_ema=0.02)
+        best = fastest([slow, fast], tokens)
+        assert best == pytest.approx(0.02 * tokens)
+        assert score(fast, MODEL, w, tokens, best) == score(be("fast"), MODEL, w, tokens, best)
+        loss = score(fast, MODEL, w, tokens, best) - score(slow, MODEL, w, tokens, best)
+        assert loss == pytest.approx(w.latency)
+
+
+def test_a_backend_not_measured_yet_counts_as_fast_as_the_fastest() -> None:
+    # It gets requests, so it gets measured; a measured backend is never favoured over it.
+    slow = be("slow", ttft_ema=0.2, tpot_ema=0.2)
+    assert order(slow, be("new")) == ["new", "slow"]
+    assert order(be("a-new"), be("fast", ttft_ema=0.01, tpot_ema=0.001)) == ["a-new", "fast"]
+    # Speed is a tie-breaker: it never outweighs a much freer backend.
+    busy_fast = be("busy-fast", ttft_ema=0.1, tpot_ema=0.01, in_flight=6, max_concurrent=8)
+    idle_slow = be("idle-slow", ttft_ema=0.1, tpot_ema=0.02, in_flight=0, max_concurrent=8)
+    assert order(busy_fast, idle_slow) == ["idle-slow", "busy-fast"]
 
 
 def test_a_longer_engine_queue_loses() -> None:
@@ -107,6 +154,15 @@ def test_hard_constraints_exclude_whatever_the_score(excluded: dict[str, Any]) -
     assert order(best) == []
 
 
+def test_a_request_needing_structured_output_goes_only_to_backends_that_have_it() -> None:
+    plain = be("plain", loaded={MODEL}, priority=10, features=frozenset())
+    able = be("able")
+    pair = [(plain, "m"), (able, "m")]
+    needs = frozenset({STRUCTURED_OUTPUT})
+    assert [b.name for b, _ in rank_backends(pair, NOW, MODEL, requires=needs)] == ["able"]
+    assert [b.name for b, _ in rank_backends(pair, NOW, MODEL)] == ["plain", "able"]
+
+
 def test_a_half_open_breaker_is_a_candidate() -> None:
     half = be("half", priority=1, breaker=Breaker(threshold=1, failures=1, open_until=NOW - 1))
     assert order(half, be("plain")) == ["half", "plain"]
@@ -121,3 +177,10 @@ def test_weights_can_be_changed() -> None:
         heavy_gpu,
     )
     assert [b.name for b, _ in ranked] == ["fast", "loaded"]
+
+
+def test_weights_must_be_finite_and_not_negative() -> None:
+    with pytest.raises(ValueError, match="latency"):
+        ScoreWeights(latency=-1.0)
+    with pytest.raises(ValueError, match="gpu"):
+        ScoreWeights(gpu=float("inf"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -24,8 +25,8 @@ class Slots:
     def __init__(self, **free: int) -> None:
         self.free = dict(free)
 
-    def has_capacity(self, model: str) -> bool:
-        return self.free.get(model, 0) > 0
+    def has_capacity(self, model: str, requires: frozenset[str] = frozenset()) -> bool:
+        return not requires and self.free.get(model, 0) > 0
 
     def take(self, model: str) -> None:
         assert self.free[model] > 0, "admitted without a free slot"
@@ -169,6 +170,54 @@ async def test_one_models_backlog_does_not_block_another_model() -> None:
         t.cancel()
     await asyncio.gather(*waiting, return_exceptions=True)
     assert len(gate.queue) == 0
+
+
+class FeatureSlots:
+    """Free slots of one model on two kinds of backend: plain ones, and ones with the
+    structured-output feature."""
+
+    def __init__(self, plain: int, able: int) -> None:
+        self.plain, self.able = plain, able
+
+    def has_capacity(self, model: str, requires: frozenset[str]) -> bool:
+        return self.able > 0 or (not requires and self.plain > 0)
+
+    def take(self, j: Job) -> None:
+        if j.requires or self.plain == 0:
+            assert self.able > 0, "admitted without a slot it can use"
+            self.able -= 1
+        else:
+            self.plain -= 1
+
+
+async def test_a_slot_the_best_waiter_cannot_use_goes_to_the_best_that_can() -> None:
+    gate, clock = make_gate()
+    slots = FeatureSlots(plain=0, able=0)
+    admitted: list[str] = []
+
+    def enter(j: Job) -> asyncio.Task[None]:
+        async def run() -> None:
+            await gate.acquire(j, slots.has_capacity, timeout=5.0)
+            slots.take(j)
+            admitted.append(j.user)
+
+        return asyncio.create_task(run())
+
+    gate.queue.state.charge("m", "worse", 500.0)
+    needs = frozenset({"structured_output"})
+    structured = dataclasses.replace(job("best", 0.0), requires=needs)
+    tasks = [enter(structured), enter(job("worse", 0.0))]
+    await settle()
+    # A plain backend frees: the best waiter cannot use it, so the next one takes it.
+    clock.now, slots.plain = 1.0, 1
+    gate.release("m")
+    await settle()
+    assert admitted == ["worse"] and gate.wakeups == 1
+    # A backend with the feature frees: the waiting structured request gets it.
+    slots.able = 1
+    gate.release("m")
+    await asyncio.gather(*tasks)
+    assert admitted == ["worse", "best"] and gate.wakeups == 2
 
 
 async def test_acquire_times_out_and_withdraws_the_job() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -110,6 +111,22 @@ def test_within_one_user_jobs_leave_in_arrival_order() -> None:
         q.on_dispatch(nxt, 10.0)
         served.append(nxt)
     assert served == list(reversed(jobs))
+
+
+def test_pick_can_be_limited_to_the_jobs_that_fit() -> None:
+    q = make_queue()
+    q.state.charge("m", "rich", 1000.0)
+    needs = frozenset({"structured_output"})
+    poor_first = dataclasses.replace(job("poor", 0.0), requires=needs)
+    poor_second = job("poor", 1.0)
+    rich = job("rich", 0.0)
+    for j in (poor_first, poor_second, rich):
+        q.push(j)
+    assert q.pick("m", 2.0) is poor_first
+    # Only plain jobs fit: the least-served user's first plain job stands for it.
+    assert q.pick("m", 2.0, lambda j: not j.requires) is poor_second
+    assert q.pick("m", 2.0, lambda j: j.user == "rich") is rich
+    assert q.pick("m", 2.0, lambda j: False) is None
 
 
 def test_pushing_a_job_twice_is_refused() -> None:

@@ -14,7 +14,7 @@ from mindrouter.errors import Forbidden, NotFound
 from mindrouter.http.common import json_response, new_context
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
-from mindrouter.routing.catalog import BackendState
+from mindrouter.routing.catalog import STRUCTURED_OUTPUT, BackendState
 from mindrouter.scheduling import take_snapshot
 
 
@@ -33,6 +33,8 @@ def backend_view(b: BackendState, now: float) -> dict[str, Any]:
         "models": dict(b.serves),
         "loaded": sorted(b.loaded),
         "ttft_ema_s": b.ttft_ema,
+        "tpot_ema_s": b.tpot_ema,
+        "structured_output": STRUCTURED_OUTPUT in b.features,
         "breaker": {
             "state": b.breaker.state(now),
             "consecutive_failures": b.breaker.failures,

@@ -23,7 +23,7 @@ from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import limit_key
-from mindrouter.routing.catalog import BackendState, ModelSpec
+from mindrouter.routing.catalog import BackendState, ModelSpec, required_features
 from mindrouter.scheduling import Job
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
 from mindrouter.stores.limits import Limits, Ticket
@@ -119,6 +119,9 @@ class Flight:
         self.principal = ctx.principal
         self.est_input = 0  # counted by open()
         self.est_output = estimate_output(req)
+        self.requires = required_features(req)
+        # Refused here, before any admission or waiting, when no backend could ever take it.
+        services.catalog.check_features(spec, self.requires)
         self.ticket: Ticket | None = None
         self.audit_uuid: str | None = None
         self.job: Job | None = None
@@ -172,6 +175,7 @@ class Flight:
             est_output_tokens=self.est_output,
             modality="chat" if modality == "completion" else modality,
             enqueued_at=s.clock(),
+            requires=self.requires,
         )
         try:
             await s.gate.acquire(job, self._has_capacity, timeout=s.capacity_wait)
@@ -184,9 +188,8 @@ class Flight:
         self.ctx.queued_s = s.clock() - job.enqueued_at
         self.queued_ms = self.ctx.queued_s * 1000
 
-    def _has_capacity(self, model: str) -> bool:
-        now = self.s.clock()
-        return any(b.usable(now) and not b.full for b, _ in self.s.catalog.serving(model))
+    def _has_capacity(self, model: str, requires: frozenset[str]) -> bool:
+        return self.s.catalog.has_room(model, requires, self.s.clock())
 
     # -- backend slots --------------------------------------------------------------------------
 

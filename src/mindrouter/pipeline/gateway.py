@@ -51,13 +51,17 @@ from mindrouter.pipeline.outcome import record_outcome
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.routing.catalog import BackendState, ModelSpec, check_modality
-from mindrouter.routing.select import rank_backends, score
+from mindrouter.routing.select import fastest, predicted_seconds, rank_backends, score
 from mindrouter.stores.limits import Limits, UsageSnapshot
 from mindrouter.tokens import estimate_chat_input
 
 R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest)
 T = TypeVar("T", ChatResult, EmbeddingResult)
 Events = AsyncGenerator[StreamEvent, None]
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def _result_text(result: ChatResult | EmbeddingResult) -> str | None:
@@ -126,16 +130,31 @@ class Gateway:
         check_modality(spec, req.modality)
         return spec
 
-    def _plan(self, spec: ModelSpec) -> list[tuple[BackendState, str]]:
-        ranked = rank_backends(self.catalog.serving(spec.name), self.s.clock(), spec.name)
+    def _plan(self, flight: Flight) -> list[tuple[BackendState, str]]:
+        spec, weights, output = flight.spec, self.s.score_weights, flight.est_output
+        ranked = rank_backends(
+            self.catalog.serving(spec.name),
+            self.s.clock(),
+            spec.name,
+            weights,
+            requires=flight.requires,
+            output_tokens=output,
+        )
         if not ranked:
             raise Overloaded(f"no healthy backend is serving model '{spec.name}' right now")
+        best_time = fastest((b for b, _ in ranked), output)
         self.decisions.append(
             {
                 "model": spec.name,
                 "at": time.time(),
+                "requires": sorted(flight.requires),
                 "ranked": [
-                    {"backend": b.name, "score": round(score(b, spec.name), 2), "full": b.full}
+                    {
+                        "backend": b.name,
+                        "score": round(score(b, spec.name, weights, output, best_time), 2),
+                        "predicted_s": _rounded(predicted_seconds(b, output)),
+                        "full": b.full,
+                    }
                     for b, _ in ranked
                 ],
             }
@@ -180,7 +199,7 @@ class Gateway:
         call: Callable[[EngineAdapter, R], Awaitable[T]],
     ) -> T:
         last: UpstreamError | None = None
-        for backend, upstream in self._plan(spec):
+        for backend, upstream in self._plan(flight):
             if not await self._may_try(backend):
                 continue
             self._start_attempt(ctx, flight, backend)
@@ -230,6 +249,13 @@ class Gateway:
             "try again shortly"
         )
 
+    def _observe_speed(self, ctx: RequestContext, flight: Flight, usage: Usage | None) -> None:
+        """A stream finished: the backend's time per output token after the first one."""
+        backend, first = flight.backend, ctx.first_token_at
+        if backend is None or first is None or usage is None or usage.output_tokens < 2:
+            return
+        backend.observe_tpot((self.s.clock() - first) / (usage.output_tokens - 1))
+
     def _start_attempt(self, ctx: RequestContext, flight: Flight, backend: BackendState) -> None:
         flight.take(backend)  # the breaker's probe, if any, was claimed by _may_try
         now = self.s.clock()
@@ -269,7 +295,7 @@ class Gateway:
         await flight.open()
         try:
             last: UpstreamError | None = None
-            for backend, upstream in self._plan(spec):
+            for backend, upstream in self._plan(flight):
                 if not await self._may_try(backend):
                     continue
                 self._start_attempt(ctx, flight, backend)
@@ -340,6 +366,7 @@ class Gateway:
                 elif isinstance(event, Done):
                     usage = event.usage
                     status = "ok"
+                    self._observe_speed(ctx, flight, usage)
                 yield event
                 try:
                     event = await anext(events)

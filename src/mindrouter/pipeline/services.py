@@ -12,6 +12,7 @@ from mindrouter.identity.principal import Principal
 from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.catalog import BackendState, Catalog
+from mindrouter.routing.select import DEFAULT_WEIGHTS, ScoreWeights
 from mindrouter.scheduling import CapacityGate, Standing
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
 from mindrouter.stores.limits import LimitStore
@@ -54,6 +55,7 @@ class Services:
     usage: UsageSync
     metrics: Metrics = field(default_factory=Metrics)
     max_attempts: int = 3
+    score_weights: ScoreWeights = DEFAULT_WEIGHTS
     capacity_wait: float = 150.0
     breakers: SharedBreakers | None = None
     slots: SharedSlots | None = None

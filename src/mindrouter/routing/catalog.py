@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mindrouter.canonical import AnyRequest, ChatRequest
 from mindrouter.errors import InvalidRequest, ModelNotFound
 from mindrouter.routing.breaker import Breaker
 
 DEFAULT_CONTEXT = 8192
+# What a backend may or may not support, beyond serving a model. A request that needs a feature
+# goes only to backends that have it (a hard constraint of backend selection).
+STRUCTURED_OUTPUT = "structured_output"  # JSON mode and JSON schemas (response_format)
+FEATURES: frozenset[str] = frozenset({STRUCTURED_OUTPUT})
+EMA_ALPHA = 0.2  # weight of the newest sample in the speed averages
 
 
 @dataclass(slots=True)
@@ -47,6 +53,7 @@ class BackendState:
     loaded: set[str] = field(default_factory=set)
     breaker: Breaker = field(default_factory=Breaker)
     waiting: float = 0.0  # the engine's own queue, from its metrics
+    features: frozenset[str] = FEATURES
     # moving averages of the backend's speed, for scoring: time to first token, per output token
     ttft_ema: float | None = None
     tpot_ema: float | None = None
@@ -66,12 +73,32 @@ class BackendState:
     def full(self) -> bool:
         return self.load >= self.max_concurrent
 
-    def observe_ttft(self, seconds: float, alpha: float = 0.2) -> None:
-        prev = self.ttft_ema
-        self.ttft_ema = seconds if prev is None else prev + alpha * (seconds - prev)
+    def observe_ttft(self, seconds: float) -> None:
+        self.ttft_ema = _ema(self.ttft_ema, seconds)
+
+    def observe_tpot(self, seconds: float) -> None:
+        """Seconds per output token of a finished stream, after its first token."""
+        self.tpot_ema = _ema(self.tpot_ema, seconds)
 
     def usable(self, now: float) -> bool:
         return self.healthy and not self.draining and self.breaker.allows(now)
+
+    def can_take(self, requires: frozenset[str], now: float) -> bool:
+        """Usable, with a free slot, and with every feature the request needs."""
+        return self.usable(now) and not self.full and requires <= self.features
+
+
+def _ema(prev: float | None, sample: float) -> float:
+    return sample if prev is None else prev + EMA_ALPHA * (sample - prev)
+
+
+def required_features(req: AnyRequest) -> frozenset[str]:
+    """The backend features `req` cannot be served without."""
+    if isinstance(req, ChatRequest):
+        fmt = req.response_format
+        if fmt is not None and fmt.kind != "text":
+            return frozenset({STRUCTURED_OUTPUT})
+    return frozenset()
 
 
 def guess_spec(name: str) -> ModelSpec:
@@ -134,6 +161,25 @@ class Catalog:
 
     def serving(self, model: str) -> list[tuple[BackendState, str]]:
         return [(b, b.serves[model]) for b in self.backends if model in b.serves]
+
+    def has_room(self, model: str, requires: frozenset[str], now: float) -> bool:
+        """Whether a backend that may serve a request for `model` needing `requires` has a free
+        slot right now."""
+        return any(b.can_take(requires, now) for b in self.backends if model in b.serves)
+
+    def check_features(self, spec: ModelSpec, requires: frozenset[str]) -> None:
+        """Refuse a request that no backend serving the model could take, before it waits."""
+        if not requires:
+            return
+        if any(requires <= b.features for b, _ in self.serving(spec.name)):
+            return
+        if STRUCTURED_OUTPUT in requires:
+            raise InvalidRequest(
+                f"no backend serving model '{spec.name}' supports structured output (JSON mode "
+                "or a JSON schema); send the request without it or use another model",
+                param="response_format",
+            )
+        raise InvalidRequest(f"no backend serving model '{spec.name}' can take this request")
 
 
 def check_modality(spec: ModelSpec, modality: str) -> None:

@@ -6,9 +6,11 @@
     backend.in_flight -= 1
     gate.finish(job, actual_prompt, actual_output)   # corrects the charges, passes the slot on
 
-Capacity is per model. The caller's `has_capacity(model)` says whether some backend serving the
-model has room right now; the gate only asks it for the model whose slot it is handing out, so a
-model whose backends are free is never held up by another model's backlog.
+Capacity is per model. The caller's `has_capacity(model, requires)` says whether some backend
+serving the model, with every feature in `requires` (a job's `requires`; empty: any backend), has
+room right now; the gate only asks it for the model whose slot it is handing out, so a model
+whose backends are free is never held up by another model's backlog. A job that needs a feature
+no free backend has does not hold the slot up either: the best job that can use it takes it.
 
 The priority gate. A slot is handed out by one decision: the fair queue's best waiter for that
 model gets it and only that waiter's future is resolved (`wakeups` counts them), so there is no
@@ -50,6 +52,8 @@ from mindrouter.scheduling.policy import Standing
 from mindrouter.scheduling.queue import FairQueue
 
 DEFAULT_TIMEOUT = 150.0
+ANY: frozenset[str] = frozenset()  # no feature required: any backend of the model will do
+HasCapacity = Callable[[str, frozenset[str]], bool]
 
 
 class Arbiter(Protocol):
@@ -77,7 +81,7 @@ class CapacityGate:
         self.deferrals = 0  # times a free slot was left for a better waiter of another process
         self._clock = clock
         self._waiters: dict[str, asyncio.Future[None]] = {}
-        self._checks: dict[str, Callable[[str], bool]] = {}
+        self._checks: dict[str, HasCapacity] = {}
         self._handoff: dict[str, int] = {}
         self._last_poll: dict[str, float] = {}
         self._rechecks: dict[str, asyncio.TimerHandle] = {}
@@ -91,7 +95,7 @@ class CapacityGate:
     async def acquire(
         self,
         job: Job,
-        has_capacity: Callable[[str], bool],
+        has_capacity: HasCapacity,
         timeout: float | None = None,  # noqa: ASYNC109
     ) -> None:
         """Waits until `job` is the chosen one for a free slot of its model, then returns with
@@ -101,8 +105,8 @@ class CapacityGate:
         self._checks[model] = has_capacity
         self.queue.push(job)
         now = self._clock()
-        free = not self._handoff.get(model) and has_capacity(model)
-        best = free and self.queue.pick(model, now) is job
+        free = not self._handoff.get(model) and has_capacity(model, ANY)
+        best = free and self._choose(model, now, has_capacity) is job
         deferred = best and self._defers(job, now)
         if best and not deferred:
             self.queue.on_dispatch(job, now)
@@ -161,10 +165,10 @@ class CapacityGate:
         if self._handoff.get(model):
             return
         check = self._checks.get(model)
-        if check is None or not check(model):
+        if check is None or not check(model, ANY):
             return
         now = self._clock()
-        job = self.queue.pick(model, now)
+        job = self._choose(model, now, check)
         if job is None or self._defers(job, now):
             return
         granted = self._waiters.pop(job.id)
@@ -172,6 +176,15 @@ class CapacityGate:
         self._handoff[model] = 1
         self.wakeups += 1
         granted.set_result(None)
+
+    def _choose(self, model: str, now: float, check: HasCapacity) -> Job | None:
+        """The best waiter that can use a free slot of `model` (some slot is free). Almost
+        always the best waiter; only when it needs a feature that no free backend has, the best
+        of those that need nothing more than the free backends have."""
+        job = self.queue.pick(model, now)
+        if job is None or not job.requires or check(model, job.requires):
+            return job
+        return self.queue.pick(model, now, lambda j: not j.requires or check(model, j.requires))
 
     def _defers(self, job: Job, now: float) -> bool:
         """Whether the arbiter keeps the free slot for another process for now; if so, the

@@ -26,6 +26,9 @@ class Job:
     est_output_tokens: int
     modality: Modality
     enqueued_at: float
+    # Backend features the job cannot be served without (structured output): it waits for a
+    # slot on a backend that has them, and others may take a free slot it cannot use.
+    requires: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # Checked here, once, so that every division by the weight downstream is safe.

@@ -4,7 +4,9 @@ Each (model, user) account has a counter of weighted service in the state store 
 When a slot frees for a model, `pick` returns the waiting job with the smallest rank
 (`policy.py`): in short, the account with the least counted service, with output still expected
 from its running streams added, minus a small bounded bonus for being passed over; a job passed
-over for too long outranks everyone. Within one account jobs leave in arrival order.
+over for too long outranks everyone. Within one account jobs leave in arrival order, except that a
+job needing a backend feature that no free backend has (`Job.requires`) lets the account's next
+job that can use the free slot go first (`pick(..., fits)`).
 
 Charging follows the request's life: `on_dispatch` charges the estimated prompt, `charge` is
 called by the pipeline with each streamed batch of output tokens, and `on_complete` corrects the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mindrouter.scheduling.job import Job
@@ -96,8 +99,10 @@ class FairQueue:
 
     # -- deciding ----------------------------------------------------------------------------
 
-    def pick(self, model: str, now: float) -> Job | None:
-        """The most deserving waiting job for `model`, left in the queue; None if none waits."""
+    def pick(self, model: str, now: float, fits: Callable[[Job], bool] | None = None) -> Job | None:
+        """The most deserving waiting job for `model`, left in the queue; None if none waits.
+        With `fits`, only jobs it accepts compete, each user's first accepted job standing for
+        the user (a free slot that the best job cannot use goes to the best job that can)."""
         per_user = self._waiting.get(model)
         if not per_user:
             return None
@@ -114,6 +119,11 @@ class FairQueue:
         best_tier, best_score, best_since, best_seq = 2, math.inf, math.inf, -1
         for user, fifo in per_user.items():
             job = fifo[next(iter(fifo))]
+            if fits is not None and not fits(job):
+                found = next((j for j in fifo.values() if fits(j)), None)
+                if found is None:
+                    continue
+                job = found
             since = job.enqueued_at
             last = served.get(user)
             if last is not None and last > since:

@@ -23,6 +23,7 @@ class WaitingJob:
     waited_s: float
     priority: float  # weighted tokens, lower goes first
     starving: bool  # passed over long enough to go ahead of every job that is not
+    requires: tuple[str, ...]  # backend features it waits for (structured_output)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,7 @@ def take_snapshot(queue: FairQueue, now: float) -> QueueSnapshot:
                 waited_s=max(0.0, now - job.enqueued_at),
                 priority=queue.priority(job, now),
                 starving=r.tier == 0,
+                requires=tuple(sorted(job.requires)),
             )
             for r, job in queue.ranked(model, now)
         ]
