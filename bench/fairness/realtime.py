@@ -66,7 +66,7 @@ import orjson
 from redis.asyncio import Redis
 
 from bench.fairness import rt_metrics as m
-from bench.fairness.rt_metrics import Shot
+from bench.fairness.rt_metrics import EngineRun, Shot
 from mindrouter.settings import settings_from_dict
 from mindrouter.stores.sql import apply_config, open_stores
 from mindrouter.stores.sql.migrate import upgrade
@@ -167,12 +167,16 @@ GROUPS = {3.0: "weight-3", 1.0: "weight-1"}
 # -- the request stream ----------------------------------------------------------------------------
 
 
-def request_body(rng: random.Random) -> tuple[dict[str, Any], int]:
+TAG = re.compile(r"\[req ([^\]]+)\]")
+
+
+def request_body(rng: random.Random, tag: str) -> tuple[dict[str, Any], int]:
+    """A request, its prompt marked with `tag` so that the engine's record of it can be found."""
     words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(*PROMPT_WORDS)))
     max_tokens = rng.randint(*OUTPUT_TOKENS)
     body = {
         "model": MODEL,
-        "messages": [{"role": "user", "content": words}],
+        "messages": [{"role": "user", "content": f"[req {tag}] {words}"}],
         "max_tokens": max_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -229,8 +233,9 @@ async def stream_one(
 
 async def drive(
     scenario: Scenario, urls: list[str], keys: dict[str, str], duration: float
-) -> list[Shot]:
-    """Runs the scenario's clients against the gateways for `duration` seconds."""
+) -> tuple[list[Shot], float]:
+    """Runs the scenario's clients against the gateways for `duration` seconds; returns what
+    they saw and when the run started (`time.monotonic`, which the engines' records share)."""
     shots: list[Shot] = []
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=300)
@@ -254,9 +259,12 @@ async def drive(
         async def lane(user: Closed, n: int) -> None:
             rng = random.Random(f"{scenario.seed}:{user.user}:{n}")
             gateway = n % len(urls)
+            k = 0
             while True:
-                body, max_tokens = request_body(rng)
-                shot = Shot(user.user, gateway, time.monotonic() - t0, max_tokens)
+                tag = f"{user.user}/{n}/{k}"
+                k += 1
+                body, max_tokens = request_body(rng, tag)
+                shot = Shot(user.user, gateway, time.monotonic() - t0, max_tokens, tag)
                 shots.append(shot)
                 await stream_one(session, urls[gateway], keys[user.user], shot, body, t0)
                 if shot.status != "ok":
@@ -267,13 +275,14 @@ async def drive(
             at, n = 0.0, 0
             while True:
                 at += rng.expovariate(user.per_minute / 60.0)
-                body, max_tokens = request_body(rng)
+                tag = f"{user.user}/{n}"
+                body, max_tokens = request_body(rng, tag)
                 delay = t0 + at - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 gateway = n % len(urls)
                 n += 1
-                shot = Shot(user.user, gateway, time.monotonic() - t0, max_tokens)
+                shot = Shot(user.user, gateway, time.monotonic() - t0, max_tokens, tag)
                 shots.append(shot)
                 tasks.append(
                     asyncio.create_task(
@@ -288,7 +297,24 @@ async def drive(
         for task in list(tasks):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return shots
+    return shots, t0
+
+
+async def engine_runs(sim_urls: list[str], t0: float) -> list[EngineRun]:
+    """What the engines did with the tagged requests of the run that started at `t0`: when
+    each held a slot, on the run's clock."""
+    out: list[EngineRun] = []
+    async with aiohttp.ClientSession() as session:
+        for url in sim_urls:
+            async with session.get(f"{url}/sim/requests") as resp:
+                records = (await resp.json())["requests"]
+            for r in records:
+                found = TAG.search(orjson.dumps(r["body"]).decode())
+                if found is None or r["started_at"] is None or r["received_at"] < t0:
+                    continue
+                end = None if r["finished_at"] is None else r["finished_at"] - t0
+                out.append(EngineRun(found.group(1), url, r["started_at"] - t0, end))
+    return out
 
 
 # -- processes -------------------------------------------------------------------------------------
@@ -483,7 +509,9 @@ class Timing:
     step: float
 
 
-def figures(scenario: Scenario, variant: Variant, shots: list[Shot], t: Timing) -> dict[str, Any]:
+def figures(
+    scenario: Scenario, variant: Variant, shots: list[Shot], t: Timing, engine: list[EngineRun]
+) -> dict[str, Any]:
     a, b = t.warmup, t.duration
     slots = SIM_SLOTS * SIM_BACKENDS
     wins = m.windows(t.duration, t.warmup, t.window, t.step)
@@ -521,6 +549,11 @@ def figures(scenario: Scenario, variant: Variant, shots: list[Shot], t: Timing) 
         out["light_delay_ms"] = m.summary(delays, 1000.0)
         out["light_excess_delay_ms"] = m.summary(strict, 1000.0)
         out["light_excess_owed_ms"] = m.summary(owed, 1000.0)
+        if variant.replicas == 1 or variant.shared_slots:
+            # The same, with the slots as the engines held them: the gateway's own delay.
+            strict, owed = m.engine_light_excess(shots, engine, light, slots, t.duration)
+            out["light_engine_excess_delay_ms"] = m.summary(strict, 1000.0)
+            out["light_engine_excess_owed_ms"] = m.summary(owed, 1000.0)
         out["light_share_pct"] = 100.0 * sum(out["shares"].get(u, 0.0) for u in light)
     return out
 
@@ -539,12 +572,12 @@ async def run_one(
     config = configs[variant.slots_per_process]
     gateways, urls = await start_gateways(variant, config, redis_url, prefix)
     try:
-        shots = await drive(scenario, urls, keys, t.duration)
+        shots, t0 = await drive(scenario, urls, keys, t.duration)
     finally:
         stats = await stop_gateways(gateways)
         if variant.state == "redis":
             await delete_prefix(redis_url, prefix)
-    res = figures(scenario, variant, shots, t)
+    res = figures(scenario, variant, shots, t, await engine_runs(sim_urls, t0))
     res["gateways"] = stats
     res["load_average_1m"] = [load_before, os.getloadavg()[0]]
     return res
@@ -606,6 +639,9 @@ def summarise(res: dict[str, Any]) -> None:
             ("light_excess_delay_ms", "p99"),
             ("light_excess_owed_ms", "p50"),
             ("light_excess_owed_ms", "p99"),
+            ("light_engine_excess_delay_ms", "p99"),
+            ("light_engine_excess_owed_ms", "p50"),
+            ("light_engine_excess_owed_ms", "p99"),
             ("light_share_pct",),
             ("tokens_per_s",),
             ("utilisation",),
@@ -663,7 +699,22 @@ def markdown(res: dict[str, Any]) -> str:
             ("light excess over next free slot p50 (ms)", "light_excess_delay_ms.p50", "num"),
             ("light excess over next free slot p99 (ms)", "light_excess_delay_ms.p99", "num"),
             ("light excess over the owed slot p50 (ms)", "light_excess_owed_ms.p50", "num"),
-            ("light excess over the owed slot p99 (ms; ≤ 100)", "light_excess_owed_ms.p99", "num"),
+            ("light excess over the owed slot p99 (ms)", "light_excess_owed_ms.p99", "num"),
+            (
+                "engines' slots: excess over next free slot p99 (ms)",
+                "light_engine_excess_delay_ms.p99",
+                "num",
+            ),
+            (
+                "engines' slots: excess over the owed slot p50 (ms)",
+                "light_engine_excess_owed_ms.p50",
+                "num",
+            ),
+            (
+                "engines' slots: excess over the owed slot p99 (ms; ≤ 100)",
+                "light_engine_excess_owed_ms.p99",
+                "num",
+            ),
             ("light users' share of service", "light_share_pct", "pct"),
             ("output tokens/s", "tokens_per_s", "num"),
             ("slot utilisation", "utilisation", "share"),
@@ -713,8 +764,11 @@ def markdown(res: dict[str, Any]) -> str:
         ]
     lines += [
         "Client-side measurement: service is counted when chunks arrive at the client, slots "
-        "are busy from a request's first to its last chunk. Wall-clock figures on a shared "
-        "2-core machine are noisy; compare variants within this run only.",
+        "are busy from a request's first to its last chunk; the \"engines' slots\" rows take "
+        "the slots as the engines held them and a light request's start when an engine began "
+        "it (the gateway's own delay; one pool of 4 slots, so not for replicas that each own "
+        "their part). Wall-clock figures on a shared 2-core machine are noisy; compare "
+        "variants within this run only.",
         "",
     ]
     return "\n".join(lines)

@@ -21,6 +21,7 @@ runs last one minute: see `realtime.py` (`--duration`, `--window`).
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -37,6 +38,7 @@ class Shot:
     gateway: int
     sent: float
     max_tokens: int
+    tag: str = ""  # marks the request's prompt, to find the engine's record of it
     first: float | None = None
     end: float | None = None
     chunks: list[float] = field(default_factory=list)
@@ -150,55 +152,106 @@ def utilisation(shots: list[Shot], a: float, b: float, slots: int, horizon: floa
     return busy / (slots * (b - a))
 
 
-def light_delays(
-    shots: list[Shot], light: set[str], slots_per_pool: int, horizon: float, pooled: bool = False
+@dataclass(frozen=True, slots=True)
+class EngineRun:
+    """A request as an engine served it: when it held a slot, on the run's clock."""
+
+    tag: str
+    engine: str
+    started: float
+    finished: float | None  # None: still running when the run ended
+
+
+# (pool, id, sent, start): a light request; (pool, id, from, to): a slot held
+_Light = tuple[int, str, float, float]
+_Held = tuple[int, str, float, float]
+
+
+def _excess(
+    light: list[_Light], held: list[_Held], slots: int
 ) -> tuple[list[float], list[float], list[float]]:
-    """(delays, strict excess, owed excess) in seconds of the light users' requests, as in the
-    simulated-clock mode (`metrics.light_excess_delays`): "strict" takes the next slot to free
-    after sending; "owed" skips slots already owed to an earlier light request still waiting and
-    matches the light requests' first tokens to the owed slots in time order. An unserved request
-    counts up to the end of the run. Slots are counted per gateway (each owns its part of every
-    backend), or with `pooled` as one pool of `slots_per_pool` that every gateway shares."""
+    """(delays, strict excess, owed excess) of the light requests, in seconds, against the slots
+    of their pool (see `light_delays`)."""
+    busy: dict[int, list[tuple[str, float, float]]] = {}
+    frees: dict[int, list[float]] = {}
+    for pool, ident, a, b in held:
+        busy.setdefault(pool, []).append((ident, a, b))
+        frees.setdefault(pool, []).append(b)
+    for times in frees.values():
+        times.sort()
     delays: list[float] = []
     strict: list[float] = []
     starts: dict[int, list[float]] = {}  # pool -> when its light requests started
     owed: dict[int, list[float]] = {}  # pool -> the slots owed to them
-    busy: dict[int, list[tuple[float, float]]] = {}
-    frees: dict[int, list[float]] = {}
+    taken: dict[int, set[int]] = {}
+    for pool, ident, sent, start in sorted(light, key=lambda r: r[2]):
+        delay = start - sent
+        delays.append(delay)
+        starts.setdefault(pool, []).append(start)
+        # A slot was idle if fewer requests than slots held one when this one was sent.
+        holding = sum(1 for other, a, b in busy.get(pool, []) if other != ident and a <= sent < b)
+        if holding < slots:
+            strict.append(max(0.0, delay))
+            owed.setdefault(pool, []).append(sent)
+            continue
+        times = frees.get(pool, [])
+        i = bisect.bisect_left(times, sent)
+        next_free = times[i] if i < len(times) else math.inf
+        strict.append(max(0.0, start - next_free))
+        used = taken.setdefault(pool, set())
+        while i in used:
+            i += 1
+        used.add(i)
+        owed.setdefault(pool, []).append(times[i] if i < len(times) else math.inf)
+    excess = [e for pool in starts for e in matched_excess(starts[pool], owed[pool])]
+    return delays, strict, excess
+
+
+def light_delays(
+    shots: list[Shot], light: set[str], slots_per_pool: int, horizon: float, pooled: bool = False
+) -> tuple[list[float], list[float], list[float]]:
+    """(delays, strict excess, owed excess) in seconds of the light users' requests, as the
+    clients saw them, as in the simulated-clock mode (`metrics.light_excess_delays`): "strict"
+    takes the next slot to free after sending; "owed" skips slots already owed to an earlier
+    light request still waiting and matches the light requests' first tokens to the owed slots
+    in time order. A slot is held from a request's first token to its last; an unserved request
+    counts up to the end of the run. Slots are counted per gateway (each owns its part of every
+    backend), or with `pooled` as one pool of `slots_per_pool` that every gateway shares.
+
+    Seen from the client, a slot looks free between one request's last token and the next
+    one's first, although the gateway handed it on at once: a light request sent in that gap is
+    taken to have found a slot idle. `engine_light_excess` uses the engines' own records."""
 
     def pool(s: Shot) -> int:
         return 0 if pooled else s.gateway
 
-    for s in shots:
-        if s.first is not None:
-            end = s.end if s.end is not None else horizon
-            busy.setdefault(pool(s), []).append((s.first, end))
-            if s.end is not None:
-                frees.setdefault(pool(s), []).append(s.end)
-    for times in frees.values():
-        times.sort()
-    taken: dict[int, set[int]] = {}
-    for s in sorted((s for s in shots if s.user in light), key=lambda s: s.sent):
-        delay = (s.first if s.first is not None else horizon) - s.sent
-        delays.append(delay)
-        # A slot was idle if fewer requests than slots held one when this one was sent.
-        holding = sum(1 for a, b in busy.get(pool(s), []) if a <= s.sent < b and a != s.first)
-        times = frees.get(pool(s), [])
-        i = bisect.bisect_left(times, s.sent)
-        starts.setdefault(pool(s), []).append(s.sent + delay)
-        if holding < slots_per_pool:
-            strict.append(max(0.0, delay))
-            owed.setdefault(pool(s), []).append(s.sent)
-            continue
-        next_free = times[i] if i < len(times) else horizon
-        strict.append(max(0.0, delay - (next_free - s.sent)))
-        used = taken.setdefault(pool(s), set())
-        while i in used:
-            i += 1
-        used.add(i)
-        owed.setdefault(pool(s), []).append(times[i] if i < len(times) else horizon)
-    excess = [e for g in starts for e in matched_excess(starts[g], owed[g])]
-    return delays, strict, excess
+    held = [
+        (pool(s), str(i), s.first, s.end if s.end is not None else horizon)
+        for i, s in enumerate(shots)
+        if s.first is not None
+    ]
+    requests = [
+        (pool(s), str(i), s.sent, s.first if s.first is not None else horizon)
+        for i, s in enumerate(shots)
+        if s.user in light
+    ]
+    return _excess(requests, held, slots_per_pool)
+
+
+def engine_light_excess(
+    shots: list[Shot], engine: list[EngineRun], light: set[str], slots: int, horizon: float
+) -> tuple[list[float], list[float]]:
+    """(strict excess, owed excess) in seconds of the light users' requests, as in
+    `light_delays` but with the slots as the engines held them (`EngineRun`, every engine one
+    pool) and each light request starting when an engine began it: the time its gateway took
+    beyond the slot it was owed. A light request no engine began counts up to the end."""
+    held = [
+        (0, r.tag, r.started, r.finished if r.finished is not None else horizon) for r in engine
+    ]
+    began = {r.tag: r.started for r in engine}
+    requests = [(0, s.tag, s.sent, began.get(s.tag, horizon)) for s in shots if s.user in light]
+    _, strict, owed = _excess(requests, held, slots)
+    return strict, owed
 
 
 def summary(values: Iterable[float], scale: float = 1.0) -> dict[str, float]:
