@@ -14,6 +14,7 @@ once, however the request ended, in a task that cancellation cannot interrupt:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -154,16 +155,28 @@ class Flight:
                 user_agent=self.ctx.user_agent,
                 request_id=self.ctx.request_id,
             )
-            await s.audit.begin(start)
-            self.audit_uuid = start.uuid
-            await self._schedule()
         except BaseException as exc:
-            status: Status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
-            err = exc if isinstance(exc, MindRouterError) else None
-            await self.close(status, None, None, err)
+            await self._refused(exc)
             raise
+        # The record is committed while the request waits for a slot: it has its place in the
+        # queue at once, and the gate does not let it use a slot before the record is in.
+        begin = asyncio.ensure_future(s.audit.begin(start))
+        try:
+            await self._schedule(begin)
+        except BaseException as exc:
+            with contextlib.suppress(BaseException):
+                await begin  # the record goes in first, so that closing completes it
+            if begin.done() and not begin.cancelled() and begin.exception() is None:
+                self.audit_uuid = start.uuid
+            await self._refused(exc)
+            raise
+        self.audit_uuid = start.uuid  # the gate returned: the record is in
 
-    async def _schedule(self) -> None:
+    async def _refused(self, exc: BaseException) -> None:
+        status: Status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
+        await self.close(status, None, None, exc if isinstance(exc, MindRouterError) else None)
+
+    async def _schedule(self, ready: asyncio.Future[None]) -> None:
         s = self.s
         modality = self.req.modality
         job = Job(
@@ -178,7 +191,7 @@ class Flight:
             requires=self.requires,
         )
         try:
-            await s.gate.acquire(job, self._has_capacity, timeout=s.capacity_wait)
+            await s.gate.acquire(job, self._has_capacity, timeout=s.capacity_wait, ready=ready)
         except TimeoutError:
             raise Overloaded(
                 f"no backend had room for model '{self.spec.name}' within "

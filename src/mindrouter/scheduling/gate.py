@@ -37,6 +37,13 @@ deferral ends: a slot is never left idle for longer than that, even if the other
 A waiter gives up after `timeout` seconds (default 150, as in the seed) with `TimeoutError`,
 which the pipeline reports as Overloaded. Priorities need no periodic recomputation: every
 decision ranks the waiters afresh at the current time.
+
+Work that must finish before a request may use its slot (its audit record, committed before any
+GPU work) can run while the request waits: `acquire(..., ready=future)`. The job takes its place
+in the queue at once, so a slot freed in the meantime can be its; if it is chosen before `ready`
+is done, it holds the slot (no other decision for the model is taken) until it is, which is
+rarely more than a few milliseconds. If `ready` fails, the job is withdrawn, or, if it had been
+chosen, its charge is refunded and the slot passed on, and `acquire` raises what `ready` raised.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from mindrouter.scheduling.job import Job
 from mindrouter.scheduling.policy import Standing
@@ -54,6 +61,10 @@ from mindrouter.scheduling.queue import FairQueue
 DEFAULT_TIMEOUT = 150.0
 ANY: frozenset[str] = frozenset()  # no feature required: any backend of the model will do
 HasCapacity = Callable[[str, frozenset[str]], bool]
+
+
+def _succeeded(fut: asyncio.Future[Any]) -> bool:
+    return fut.done() and not fut.cancelled() and fut.exception() is None
 
 
 class Arbiter(Protocol):
@@ -97,10 +108,12 @@ class CapacityGate:
         job: Job,
         has_capacity: HasCapacity,
         timeout: float | None = None,  # noqa: ASYNC109
+        ready: asyncio.Future[Any] | None = None,
     ) -> None:
-        """Waits until `job` is the chosen one for a free slot of its model, then returns with
-        the job dispatched (its prompt charged). `job.enqueued_at` must come from the same clock
-        as the gate's. Raises TimeoutError after `timeout` seconds with the job withdrawn."""
+        """Waits until `job` is the chosen one for a free slot of its model, and `ready` (if
+        given) is done, then returns with the job dispatched (its prompt charged).
+        `job.enqueued_at` must come from the same clock as the gate's. Raises TimeoutError after
+        `timeout` seconds with the job withdrawn, or what `ready` raised."""
         model = job.model
         self._checks[model] = has_capacity
         self.queue.push(job)
@@ -108,34 +121,63 @@ class CapacityGate:
         free = not self._handoff.get(model) and has_capacity(model, ANY)
         best = free and self._choose(model, now, has_capacity) is job
         deferred = best and self._defers(job, now)
-        if best and not deferred:
-            self.queue.on_dispatch(job, now)
-            return
         loop = asyncio.get_running_loop()
         granted: asyncio.Future[None] = loop.create_future()
-        self._waiters[job.id] = granted
-        if not deferred:
-            # Capacity may be free while a better job waits (it appeared without a release):
-            # the better job gets it, and this one waits its turn.
-            self._grant(model)
-        limit = self.default_timeout if timeout is None else timeout
+        if best and not deferred:
+            self.queue.on_dispatch(job, now)
+            if ready is None or _succeeded(ready):
+                return
+            # Chosen before it may go: it holds the slot until `ready` is done.
+            self._handoff[model] = self._handoff.get(model, 0) + 1
+            granted.set_result(None)
+        else:
+            self._waiters[job.id] = granted
+            if not deferred:
+                # Capacity may be free while a better job waits (it appeared without a
+                # release): the better job gets it, and this one waits its turn.
+                self._grant(model)
+            limit = self.default_timeout if timeout is None else timeout
+            await self._wait(job, granted, ready, limit)
+        try:
+            if ready is not None:
+                await ready
+        except BaseException:
+            self._abandon(job, granted)
+            raise
+        self._handoff[model] -= 1
+        loop.call_soon(self._grant, model)
+
+    async def _wait(
+        self,
+        job: Job,
+        granted: asyncio.Future[None],
+        ready: asyncio.Future[Any] | None,
+        limit: float,
+    ) -> None:
+        """Until `job` is chosen; withdrawn after `limit` seconds, on a cancellation or when
+        `ready` fails."""
+        loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         try:
             while not granted.done():
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
-                await asyncio.wait((granted,), timeout=min(remaining, self.poll_interval))
-                if not granted.done():
-                    self._poll(model, loop.time())
+                watched: tuple[asyncio.Future[Any], ...] = (granted,)
+                if ready is not None and not ready.done():
+                    watched = (granted, ready)
+                await asyncio.wait(watched, timeout=min(remaining, self.poll_interval))
+                if granted.done():
+                    break
+                if ready is not None and ready.done() and not _succeeded(ready):
+                    await ready  # raises what it raised, or CancelledError
+                self._poll(job.model, loop.time())
         except BaseException:
             self._abandon(job, granted)
             raise
         if not granted.done():
             self._abandon(job, granted)
-            raise TimeoutError(f"no capacity for model {model!r} within {limit:g} s")
-        self._handoff[model] -= 1
-        loop.call_soon(self._grant, model)
+            raise TimeoutError(f"no capacity for model {job.model!r} within {limit:g} s")
 
     @property
     def handing_over(self) -> bool:
@@ -216,8 +258,8 @@ class CapacityGate:
             granted.cancel()
             self.queue.remove(job.id)
             return
-        # Chosen in the same turn as it gave up: nothing ran, so refund the prompt charge and
-        # hand the slot to the next best waiter.
+        # Chosen, but it gave up in the same turn or its `ready` failed: nothing ran, so refund
+        # the prompt charge and hand the slot to the next best waiter.
         self._handoff[job.model] -= 1
         self.queue.on_complete(job, 0, 0)
         self._grant(job.model)
