@@ -124,7 +124,8 @@ class Flight:
         # Refused here, before any admission or waiting, when no backend could ever take it.
         services.catalog.check_features(spec, self.requires)
         self.ticket: Ticket | None = None
-        self.audit_uuid: str | None = None
+        self._audit: AuditStart | None = None
+        self._begin: asyncio.Future[None] | None = None  # the audit record being committed
         self.job: Job | None = None
         self.backend: BackendState | None = None
         self.queued_ms: float | None = None
@@ -158,19 +159,32 @@ class Flight:
         except BaseException as exc:
             await self._refused(exc)
             raise
-        # The record is committed while the request waits for a slot: it has its place in the
-        # queue at once, and the gate does not let it use a slot before the record is in.
-        begin = asyncio.ensure_future(s.audit.begin(start))
+        # The record is committed while the request waits for a slot, so that it has its place
+        # in the queue at once; `recorded` keeps it from reaching a backend before the record.
+        self._audit = start
+        self._begin = asyncio.ensure_future(s.audit.begin(start))
         try:
-            await self._schedule(begin)
+            await self._schedule(self._begin)
         except BaseException as exc:
-            with contextlib.suppress(BaseException):
-                await begin  # the record goes in first, so that closing completes it
-            if begin.done() and not begin.cancelled() and begin.exception() is None:
-                self.audit_uuid = start.uuid
             await self._refused(exc)
             raise
-        self.audit_uuid = start.uuid  # the gate returned: the record is in
+
+    async def recorded(self) -> None:
+        """Returns once the audit record is committed (raises if it could not be): called with
+        the backend slot taken, before anything is sent to the backend."""
+        if self._begin is not None:
+            await self._begin
+
+    async def _audit_uuid(self) -> str | None:
+        """The committed audit record's id, once its commit has ended; None if it failed."""
+        begin = self._begin
+        if begin is None or self._audit is None:
+            return None
+        with contextlib.suppress(BaseException):
+            await begin
+        if begin.cancelled() or begin.exception() is not None:
+            return None
+        return self._audit.uuid
 
     async def _refused(self, exc: BaseException) -> None:
         status: Status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
@@ -269,12 +283,13 @@ class Flight:
         if status == "ok" and served_by is not None:
             s.catalog.mark_used(self.spec.name, s.clock())
             served_by.loaded.add(self.spec.name)
-        # 3. The audit record.
-        if self.audit_uuid is not None:
+        # 3. The audit record (its commit may still be under way if the request failed early).
+        audit_uuid = await self._audit_uuid()
+        if audit_uuid is not None:
             now = s.clock()
             first = self.ctx.first_token_at
             s.audit.complete(
-                self.audit_uuid,
+                audit_uuid,
                 AuditOutcome(
                     status=status,
                     output=output,

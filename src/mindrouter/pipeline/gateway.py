@@ -221,7 +221,9 @@ class Gateway:
         raise last or self._all_refused(spec)
 
     async def _fit(self, flight: Flight, req: R, upstream: str, adapter: EngineAdapter) -> R:
-        """The request as this backend gets it: its model name, and its output fitted."""
+        """The request as this backend gets it: its model name, and its output fitted. Called
+        with the backend slot taken; nothing goes to the backend before the audit record."""
+        await flight.recorded()
         named = dataclasses.replace(req, model=upstream)
         if isinstance(named, EmbeddingRequest):
             return named

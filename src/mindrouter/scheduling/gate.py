@@ -39,11 +39,10 @@ which the pipeline reports as Overloaded. Priorities need no periodic recomputat
 decision ranks the waiters afresh at the current time.
 
 Work that must finish before a request may use its slot (its audit record, committed before any
-GPU work) can run while the request waits: `acquire(..., ready=future)`. The job takes its place
-in the queue at once, so a slot freed in the meantime can be its; if it is chosen before `ready`
-is done, it holds the slot (no other decision for the model is taken) until it is, which is
-rarely more than a few milliseconds. If `ready` fails, the job is withdrawn, or, if it had been
-chosen, its charge is refunded and the slot passed on, and `acquire` raises what `ready` raised.
+GPU work) can run while the request waits, so the job takes its place in the queue at once: the
+caller takes its slot when chosen and finishes that work before using it. `acquire(...,
+ready=future)` watches the work meanwhile: if it fails while the job waits, the job is withdrawn
+and `acquire` raises what it raised.
 """
 
 from __future__ import annotations
@@ -110,10 +109,10 @@ class CapacityGate:
         timeout: float | None = None,  # noqa: ASYNC109
         ready: asyncio.Future[Any] | None = None,
     ) -> None:
-        """Waits until `job` is the chosen one for a free slot of its model, and `ready` (if
-        given) is done, then returns with the job dispatched (its prompt charged).
-        `job.enqueued_at` must come from the same clock as the gate's. Raises TimeoutError after
-        `timeout` seconds with the job withdrawn, or what `ready` raised."""
+        """Waits until `job` is the chosen one for a free slot of its model, then returns with
+        the job dispatched (its prompt charged). `job.enqueued_at` must come from the same clock
+        as the gate's. Raises TimeoutError after `timeout` seconds with the job withdrawn, or
+        what `ready` raised if it failed while the job waited (the job withdrawn too)."""
         model = job.model
         self._checks[model] = has_capacity
         self.queue.push(job)
@@ -121,29 +120,17 @@ class CapacityGate:
         free = not self._handoff.get(model) and has_capacity(model, ANY)
         best = free and self._choose(model, now, has_capacity) is job
         deferred = best and self._defers(job, now)
-        loop = asyncio.get_running_loop()
-        granted: asyncio.Future[None] = loop.create_future()
         if best and not deferred:
             self.queue.on_dispatch(job, now)
-            if ready is None or _succeeded(ready):
-                return
-            # Chosen before it may go: it holds the slot until `ready` is done.
-            self._handoff[model] = self._handoff.get(model, 0) + 1
-            granted.set_result(None)
-        else:
-            self._waiters[job.id] = granted
-            if not deferred:
-                # Capacity may be free while a better job waits (it appeared without a
-                # release): the better job gets it, and this one waits its turn.
-                self._grant(model)
-            limit = self.default_timeout if timeout is None else timeout
-            await self._wait(job, granted, ready, limit)
-        try:
-            if ready is not None:
-                await ready
-        except BaseException:
-            self._abandon(job, granted)
-            raise
+            return
+        loop = asyncio.get_running_loop()
+        granted: asyncio.Future[None] = loop.create_future()
+        self._waiters[job.id] = granted
+        if not deferred:
+            # Capacity may be free while a better job waits (it appeared without a release):
+            # the better job gets it, and this one waits its turn.
+            self._grant(model)
+        await self._wait(job, granted, ready, self.default_timeout if timeout is None else timeout)
         self._handoff[model] -= 1
         loop.call_soon(self._grant, model)
 
@@ -258,8 +245,8 @@ class CapacityGate:
             granted.cancel()
             self.queue.remove(job.id)
             return
-        # Chosen, but it gave up in the same turn or its `ready` failed: nothing ran, so refund
-        # the prompt charge and hand the slot to the next best waiter.
+        # Chosen in the same turn as it gave up: nothing ran, so refund the prompt charge and
+        # hand the slot to the next best waiter.
         self._handoff[job.model] -= 1
         self.queue.on_complete(job, 0, 0)
         self._grant(job.model)
