@@ -160,6 +160,7 @@ class EngineRun:
     engine: str
     started: float
     finished: float | None  # None: still running when the run ended
+    queued: float | None = None  # seconds its gateway queued it, from the audit trail
 
 
 # (pool, id, sent, start): a light request; (pool, id, from, to): a slot held
@@ -239,17 +240,36 @@ def light_delays(
 
 
 def engine_light_excess(
-    shots: list[Shot], engine: list[EngineRun], light: set[str], slots: int, horizon: float
+    shots: list[Shot],
+    engine: list[EngineRun],
+    light: set[str],
+    slots: int,
+    horizon: float,
+    from_queue: bool = False,
 ) -> tuple[list[float], list[float]]:
     """(strict excess, owed excess) in seconds of the light users' requests, as in
     `light_delays` but with the slots as the engines held them (`EngineRun`, every engine one
     pool) and each light request starting when an engine began it: the time its gateway took
-    beyond the slot it was owed. A light request no engine began counts up to the end."""
+    beyond the slot it was owed. A light request no engine began counts up to the end.
+
+    `from_queue`: each light request counts from when it entered its gateway's queue (the engine
+    start less the gateway's queued time) rather than from when the client sent it, so the
+    network and the gateway's admission (a few milliseconds, during which a slot may be handed
+    to someone already waiting) are left out: the queueing delay alone."""
     held = [
         (0, r.tag, r.started, r.finished if r.finished is not None else horizon) for r in engine
     ]
-    began = {r.tag: r.started for r in engine}
-    requests = [(0, s.tag, s.sent, began.get(s.tag, horizon)) for s in shots if s.user in light]
+    runs = {r.tag: r for r in engine}
+    requests = []
+    for s in shots:
+        if s.user not in light:
+            continue
+        r = runs.get(s.tag)
+        start = r.started if r is not None else horizon
+        entered = s.sent
+        if from_queue and r is not None and r.queued is not None:
+            entered = max(s.sent, r.started - r.queued)
+        requests.append((0, s.tag, entered, start))
     _, strict, owed = _excess(requests, held, slots)
     return strict, owed
 
