@@ -182,7 +182,7 @@ class Flight:
             return None
         with contextlib.suppress(BaseException):
             await begin
-        if begin.cancelled() or begin.exception() is not None:
+        if not begin.done() or begin.cancelled() or begin.exception() is not None:
             return None
         return self._audit.uuid
 
