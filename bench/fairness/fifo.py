@@ -13,46 +13,43 @@ from typing import Any
 from mindrouter.scheduling import FairQueue, Job
 
 
-class FifoQueue(FairQueue):
+class _BaselineQueue(FairQueue):
+    """A queue that ranks each user's first job (the first `fits` accepts) by its own key."""
+
+    def _key(self, model: str, user: str, job: Job) -> tuple[float, ...]:
+        raise NotImplementedError
+
     def pick(self, model: str, now: float, fits: Callable[[Job], bool] | None = None) -> Job | None:
-        # The first job of each user's FIFO is that user's oldest; the oldest of those is the
-        # oldest job of the model.
         per_user = self._waiting.get(model)
         if not per_user:
             return None
         best: Job | None = None
-        best_seq = math.inf
-        for fifo in per_user.values():
+        best_key: tuple[float, ...] = (math.inf,)
+        for user, fifo in per_user.items():
             job = next((j for j in fifo.values() if fits is None or fits(j)), None)
             if job is None:
                 continue
-            seq = self._seq[job.id]
-            if seq < best_seq:
-                best, best_seq = job, seq
+            key = self._key(model, user, job)
+            if key < best_key:
+                best, best_key = job, key
         return best
 
 
-class RoundRobinQueue(FairQueue):
+class FifoQueue(_BaselineQueue):
+    def _key(self, model: str, user: str, job: Job) -> tuple[float, ...]:
+        # The oldest of the users' first jobs is the oldest job of the model.
+        return (float(self._seq[job.id]),)
+
+
+class RoundRobinQueue(_BaselineQueue):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._turns = 0
         self._last_turn: dict[tuple[str, str], int] = {}  # (model, user) -> turn last served
 
-    def pick(self, model: str, now: float, fits: Callable[[Job], bool] | None = None) -> Job | None:
+    def _key(self, model: str, user: str, job: Job) -> tuple[float, ...]:
         # The user served longest ago goes next (never served: first, in arrival order).
-        per_user = self._waiting.get(model)
-        if not per_user:
-            return None
-        best: Job | None = None
-        best_key = (math.inf, math.inf)
-        for user, fifo in per_user.items():
-            job = next((j for j in fifo.values() if fits is None or fits(j)), None)
-            if job is None:
-                continue
-            key = (float(self._last_turn.get((model, user), -1)), float(self._seq[job.id]))
-            if key < best_key:
-                best, best_key = job, key
-        return best
+        return (float(self._last_turn.get((model, user), -1)), float(self._seq[job.id]))
 
     def on_dispatch(self, job: Job, now: float) -> None:
         super().on_dispatch(job, now)

@@ -104,10 +104,11 @@ def share_errors_and_jain(
 
 
 def requests_owed_per_window(rec: Record, weights: dict[str, float]) -> float:
-    served = [t for t, _, _, _ in rec.service if t >= WINDOW]
-    if not served or rec.duration <= WINDOW:
+    if rec.duration <= WINDOW:
         return float("nan")
     rate = sum(c for t, _, c, _ in rec.service if t >= WINDOW) / (rec.duration - WINDOW)
+    if rate == 0:
+        return float("nan")
     costs: dict[str, list[float]] = {}
     for out in rec.outcomes.values():
         req = out.req

@@ -8,9 +8,9 @@ The share-error figures depend on how many of a user's requests fit in the user'
 a window, whatever the scheduler: a slot is held for a whole request, so a user's service in a
 window runs ahead of or behind the fair line by up to about one request. On 2 × 2 slots a
 weight-1 user among weights 3, 3, 1, 1 is owed half a slot, four of these requests a minute,
-and one request is a quarter of that. So the fairness scenarios run on three testbeds
-(`testbeds`): as above; with requests a quarter as long and four times as many (the size the
-real-time mode uses); and on 2 × 8 slots with four times the arrivals. `granularity` sweeps the
+and one request is a quarter of that. So the fairness scenarios run on three testbeds (the main
+one and `TESTBEDS`): as above; with requests a quarter as long and four times as many (the size
+the real-time mode uses); and on 2 × 8 slots with four times the arrivals. `granularity` sweeps the
 request size on 2 × 2 to show the dependence, with the clairvoyant reference beside ours.
 """
 

@@ -51,17 +51,13 @@ from mindrouter.pipeline.outcome import record_outcome
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.routing.catalog import BackendState, ModelSpec, check_modality
-from mindrouter.routing.select import fastest, predicted_seconds, rank_backends, score
+from mindrouter.routing.select import rank_backends, rank_candidates
 from mindrouter.stores.limits import Limits, UsageSnapshot
 from mindrouter.tokens import estimate_chat_input
 
 R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest)
 T = TypeVar("T", ChatResult, EmbeddingResult)
 Events = AsyncGenerator[StreamEvent, None]
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
 
 
 def _result_text(result: ChatResult | EmbeddingResult) -> str | None:
@@ -131,18 +127,17 @@ class Gateway:
         return spec
 
     def _plan(self, flight: Flight) -> list[tuple[BackendState, str]]:
-        spec, weights, output = flight.spec, self.s.score_weights, flight.est_output
-        ranked = rank_backends(
+        spec = flight.spec
+        ranked = rank_candidates(
             self.catalog.serving(spec.name),
             self.s.clock(),
             spec.name,
-            weights,
+            self.s.score_weights,
             requires=flight.requires,
-            output_tokens=output,
+            output_tokens=flight.est_output,
         )
         if not ranked:
             raise Overloaded(f"no healthy backend is serving model '{spec.name}' right now")
-        best_time = fastest((b for b, _ in ranked), output)
         self.decisions.append(
             {
                 "model": spec.name,
@@ -150,16 +145,16 @@ class Gateway:
                 "requires": sorted(flight.requires),
                 "ranked": [
                     {
-                        "backend": b.name,
-                        "score": round(score(b, spec.name, weights, output, best_time), 2),
-                        "predicted_s": _rounded(predicted_seconds(b, output)),
-                        "full": b.full,
+                        "backend": c.backend.name,
+                        "score": round(c.score, 2),
+                        "predicted_s": None if c.predicted_s is None else round(c.predicted_s, 3),
+                        "full": c.backend.full,
                     }
-                    for b, _ in ranked
+                    for c in ranked
                 ],
             }
         )
-        return ranked[: self.s.max_attempts]
+        return [(c.backend, c.upstream) for c in ranked[: self.s.max_attempts]]
 
     async def _unary(
         self, ctx: RequestContext, req: R, call: Callable[[EngineAdapter, R], Awaitable[T]]

@@ -173,13 +173,12 @@ class Catalog:
             return
         if any(requires <= b.features for b, _ in self.serving(spec.name)):
             return
-        if STRUCTURED_OUTPUT in requires:
-            raise InvalidRequest(
-                f"no backend serving model '{spec.name}' supports structured output (JSON mode "
-                "or a JSON schema); send the request without it or use another model",
-                param="response_format",
-            )
-        raise InvalidRequest(f"no backend serving model '{spec.name}' can take this request")
+        # Structured output is the one feature there is.
+        raise InvalidRequest(
+            f"no backend serving model '{spec.name}' supports structured output (JSON mode "
+            "or a JSON schema); send the request without it or use another model",
+            param="response_format",
+        )
 
 
 def check_modality(spec: ModelSpec, modality: str) -> None:

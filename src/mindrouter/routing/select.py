@@ -57,6 +57,7 @@ DEFAULT_WEIGHTS = ScoreWeights()
 # Predicted times below this compare as this: between a first token in 5 ms and one in 20 ms
 # there is nothing worth routing on.
 MIN_PREDICTED_S = 0.1
+DEFAULT_OUTPUT_TOKENS = 256  # the expected output when the caller does not say
 
 
 def predicted_seconds(b: BackendState, output_tokens: int) -> float | None:
@@ -76,7 +77,7 @@ def score(
     b: BackendState,
     model: str,
     w: ScoreWeights = DEFAULT_WEIGHTS,
-    output_tokens: int = 256,
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS,
     best_time: float | None = None,
 ) -> float:
     """`b`'s score for a request of `output_tokens`; `best_time` is the fastest candidate's
@@ -93,6 +94,41 @@ def score(
     return total
 
 
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A backend that passed the hard constraints, with what its rank was decided on."""
+
+    backend: BackendState
+    upstream: str  # the name it serves the model under
+    score: float
+    predicted_s: float | None  # `predicted_seconds` for the request
+
+
+def rank_candidates(
+    candidates: list[tuple[BackendState, str]],
+    now: float = 0.0,
+    model: str | None = None,
+    weights: ScoreWeights = DEFAULT_WEIGHTS,
+    *,
+    requires: frozenset[str] = frozenset(),
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS,
+) -> list[Candidate]:
+    """Candidates that pass the hard constraints, each scored once: those with a free slot
+    first, each group best score first, then by name."""
+    usable = [(b, up) for b, up in candidates if b.usable(now) and requires <= b.features]
+    best_time = fastest((b for b, _ in usable), output_tokens)
+    scored = [
+        Candidate(
+            b,
+            up,
+            score(b, model or "", weights, output_tokens, best_time),
+            predicted_seconds(b, output_tokens),
+        )
+        for b, up in usable
+    ]
+    return sorted(scored, key=lambda c: (c.backend.full, -c.score, c.backend.name))
+
+
 def rank_backends(
     candidates: list[tuple[BackendState, str]],
     now: float = 0.0,
@@ -100,15 +136,10 @@ def rank_backends(
     weights: ScoreWeights = DEFAULT_WEIGHTS,
     *,
     requires: frozenset[str] = frozenset(),
-    output_tokens: int = 256,
+    output_tokens: int = DEFAULT_OUTPUT_TOKENS,
 ) -> list[tuple[BackendState, str]]:
-    """Candidates that pass the hard constraints: those with a free slot first, each group best
-    score first."""
-    usable = [(b, up) for b, up in candidates if b.usable(now) and requires <= b.features]
-    best_time = fastest((b for b, _ in usable), output_tokens)
-
-    def key(item: tuple[BackendState, str]) -> tuple[bool, float, str]:
-        b = item[0]
-        return (b.full, -score(b, model or "", weights, output_tokens, best_time), b.name)
-
-    return sorted(usable, key=key)
+    """`rank_candidates` as (backend, upstream name) pairs."""
+    ranked = rank_candidates(
+        candidates, now, model, weights, requires=requires, output_tokens=output_tokens
+    )
+    return [(c.backend, c.upstream) for c in ranked]
