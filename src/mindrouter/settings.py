@@ -16,7 +16,7 @@ import yaml
 from mindrouter.backends.base import ENGINES, Engine, Timeouts
 from mindrouter.routing.select import ScoreWeights
 
-CAPABILITIES = ("chat", "vision", "embedding", "tools", "thinking")
+CAPABILITIES = ("chat", "vision", "embedding", "rerank", "tools", "thinking")
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 
 

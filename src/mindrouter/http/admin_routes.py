@@ -40,7 +40,7 @@ from mindrouter.stores.records import (
 )
 from mindrouter.stores.sql.bundle import SqlStores
 
-Capability = Literal["chat", "vision", "embedding", "tools", "thinking"]
+Capability = Literal["chat", "vision", "embedding", "rerank", "tools", "thinking"]
 
 
 class _Body(BaseModel):
