@@ -33,6 +33,7 @@ def _sims() -> tuple[SimConfig, SimConfig]:
             SimModel("qwen3-8b", 32768),
             SimModel("qwen2.5-vl-7b", 32768, kind="vision"),
             SimModel("nomic-embed-text", 8192, kind="embedding"),
+            SimModel("bge-reranker-v2-m3", 8192, kind="rerank"),
         ],
         slots=4,
         tokens_per_second=60,
@@ -81,6 +82,7 @@ def demo_settings(vllm_url: str, ollama_url: str, host: str, port: int) -> Setti
                         "qwen3-8b",
                         "qwen2.5-vl-7b",
                         "nomic-embed-text",
+                        "bge-reranker-v2-m3",
                     ],
                 },
                 {
@@ -118,6 +120,11 @@ def demo_settings(vllm_url: str, ollama_url: str, host: str, port: int) -> Setti
                     "name": "nomic-embed-text",
                     "context_length": 8192,
                     "capabilities": ["embedding"],
+                },
+                {
+                    "name": "bge-reranker-v2-m3",
+                    "context_length": 8192,
+                    "capabilities": ["rerank"],
                 },
             ],
         }
