@@ -83,3 +83,21 @@ def test_openai_sdk_streams_and_embeds(demo: tuple[str, list[str]]) -> None:
     assert len(text.split()) > 3
     emb = client.embeddings.create(model="nomic-embed-text", input="hello")
     assert len(emb.data[0].embedding) > 8
+
+
+def test_rerank_curl_in_the_api_docs_works(demo: tuple[str, list[str]]) -> None:
+    """docs/api.md's rerank example, with the demo's address and key put in, as a user would."""
+    url, lines = demo
+    key = re.search(r"(mr2_[A-Za-z0-9_-]+)", "\n".join(lines))
+    assert key is not None
+    docs = (Path(__file__).parent.parent / "docs" / "api.md").read_text()
+    block = next(b for b in docs.split("```sh\n")[1:] if "/v1/rerank" in b).split("```")[0]
+    command = block.replace("http://127.0.0.1:8000", url).replace("mr2_…", key.group(1))
+    out = subprocess.run(
+        ["bash", "-c", command], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stdout)
+    assert body["id"].startswith("rerank-") and body["model"] == "bge-reranker-v2-m3"
+    assert [r["index"] for r in body["results"]] == [1, 0]
+    assert "Llamas" in body["results"][0]["document"]["text"]

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from mindrouter.canonical import ChatRequest, EmbeddingRequest, Message, ResponseFormat, TextPart
+from mindrouter.canonical import (
+    ChatRequest,
+    EmbeddingRequest,
+    Message,
+    RelevanceRequest,
+    ResponseFormat,
+    TextPart,
+)
 from mindrouter.errors import InvalidRequest, ModelNotFound
 from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import (
     DEFAULT_CONTEXT,
     EMA_ALPHA,
+    RERANK,
     STRUCTURED_OUTPUT,
     BackendState,
     Catalog,
@@ -196,3 +204,31 @@ def test_a_request_no_backend_of_the_model_could_take_is_refused() -> None:
     with pytest.raises(InvalidRequest, match="supports structured output") as err:
         cat.check_features(ModelSpec("m"), frozenset({STRUCTURED_OUTPUT}))
     assert err.value.param == "response_format"
+
+
+def test_rerank_models_are_guessed_by_name_and_checked() -> None:
+    assert guess_spec("BAAI/bge-reranker-v2-m3").capabilities == {"rerank"}
+    assert guess_spec("Qwen3-Reranker-0.6B").capabilities == {"rerank"}
+    reranker = ModelSpec("rr", capabilities=frozenset({"rerank"}))
+    check_modality(reranker, "rerank")
+    for modality in ("chat", "completion"):
+        with pytest.raises(InvalidRequest, match="is a rerank model; use the rerank") as err:
+            check_modality(reranker, modality)
+        assert err.value.param == "model"
+    with pytest.raises(InvalidRequest, match="not an embedding model"):
+        check_modality(reranker, "embedding")
+    with pytest.raises(InvalidRequest, match="not a rerank model") as err:
+        check_modality(ModelSpec("chat"), "rerank")
+    assert err.value.param == "model"
+
+
+def test_reranking_needs_a_backend_with_a_rerank_api() -> None:
+    req = RelevanceRequest(model="rr", queries=["q"], documents=["d"])
+    assert required_features(req) == {RERANK}
+    ollama = BackendState("o", "ollama", serves={"rr": "rr"}, features=frozenset())
+    vllm = BackendState("v", "vllm", serves={"rr": "rr"})
+    spec = ModelSpec("rr", capabilities=frozenset({"rerank"}))
+    Catalog([spec], [ollama, vllm]).check_features(spec, frozenset({RERANK}))
+    with pytest.raises(InvalidRequest, match="has a rerank API") as err:
+        Catalog([spec], [ollama]).check_features(spec, frozenset({RERANK}))
+    assert err.value.param == "model"

@@ -26,6 +26,7 @@ def test_every_flag_reaches_the_config() -> None:
         "--engine", "vllm", "--host", "0.0.0.0", "--port", "8001",
         "--model", "qwen3-8b:32768", "--model", "small",
         "--vision-model", "llava:7b", "--embedding-model", "bge-m3",
+        "--rerank-model", "bge-reranker:4096",
         "--slots", "2", "--tokens-per-second", "50", "--ttft-ms", "120",
         "--fail-rate", "0.25", "--fail-status", "503", "--hang-rate", "0.1",
         "--drop-after", "7", "--default-tokens", "9", "--seed", "42",
@@ -40,6 +41,7 @@ def test_every_flag_reaches_the_config() -> None:
             SimModel("small", 8192),
             SimModel("llava:7b", 8192, "vision"),
             SimModel("bge-m3", 8192, "embedding"),
+            SimModel("bge-reranker", 4096, "rerank"),
         ],
         slots=2,
         tokens_per_second=50.0,
@@ -81,6 +83,12 @@ def test_defaults_give_one_chat_model() -> None:
 def test_bad_flags_are_refused(argv: tuple[str, ...]) -> None:
     with pytest.raises(SystemExit):
         parse(*argv)
+
+
+def test_ollama_takes_no_rerank_model() -> None:
+    ns = parse("--engine", "ollama", "--port", "0", "--rerank-model", "bge-reranker")
+    with pytest.raises(ValueError, match="Ollama has no rerank API"):
+        sim_config_from_args(ns)
 
 
 def test_model_spec_keeps_ollama_tags() -> None:

@@ -2,7 +2,7 @@
 llama.cpp's `llama-server --reranking` (`/rerank`, `/v1/rerank`, ...) answer them.
 
 Scores are deterministic and plausible: the more words a document shares with the query (cosine
-of their word sets), the higher, with a small hash-based offset so that ties are rare. vLLM
+of their word sets, plurals folded into the singular), the higher, with a small hash-based offset so that ties are rare. vLLM
 answers a cross-encoder's probability in (0, 1); llama.cpp the raw logit behind it, which may be
 negative. Each (query, document) pair costs `pair_tokens`: both texts plus the three separator
 tokens a cross-encoder template adds; usage is the sum over the pairs.
@@ -40,13 +40,17 @@ def pair_tokens(query: str, document: str) -> int:
     return count_tokens(query) + count_tokens(document) + PAIR_OVERHEAD
 
 
+def _words(text: str) -> set[str]:
+    # A plural and its singular count as one word, so "lives" matches "live".
+    return {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in _WORD.findall(text.lower())}
+
+
 def relevance_logit(query: str, document: str) -> float:
-    q = set(_WORD.findall(query.lower()))
-    d = set(_WORD.findall(document.lower()))
+    q, d = _words(query), _words(document)
     overlap = len(q & d) / math.sqrt(len(q) * len(d)) if q and d else 0.0
     digest = hashlib.blake2b(f"{query}\0{document}".encode(), digest_size=4).digest()
     jitter = int.from_bytes(digest, "little") / 2**32 - 0.5
-    return 8.0 * overlap - 4.0 + 0.5 * jitter
+    return 12.0 * overlap - 4.0 + 0.5 * jitter
 
 
 def relevance(query: str, document: str) -> float:
