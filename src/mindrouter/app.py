@@ -48,6 +48,7 @@ from mindrouter.stores.limits import (
 )
 from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
+from mindrouter.stores.sql.retention import AuditRetention
 
 
 def build_catalog(settings: Settings) -> Catalog:
@@ -131,6 +132,7 @@ class Runtime:
     usage: UsageSync
     adapters: dict[str, EngineAdapter]
     monitor: BackendMonitor
+    retention: AuditRetention
     fairshare: RedisFairShareState | None = None
     breakers: SharedBreakers | None = None
     slots: SharedSlots | None = None
@@ -243,8 +245,18 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         ],
         interval=settings.health_interval_s,
     )
+    retention = AuditRetention(stores.audit_log, settings.audit_retention_days)
     runtime = Runtime(
-        stores, authenticator, limits, usage, adapters, monitor, shared_fairshare, breakers, slots
+        stores,
+        authenticator,
+        limits,
+        usage,
+        adapters,
+        monitor,
+        retention,
+        shared_fairshare,
+        breakers,
+        slots,
     )
 
     @contextlib.asynccontextmanager
@@ -253,6 +265,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         await authenticator.start()
         await usage.start()
         await monitor.start()
+        await retention.start()
         if shared_fairshare is not None:
             await shared_fairshare.start()
         if breakers is not None:
@@ -341,6 +354,7 @@ async def _shutdown(rt: Runtime) -> None:
     """Stop taking work, write what is pending, then close connections; each step regardless."""
     steps = [
         rt.monitor.stop,
+        rt.retention.stop,
         rt.authenticator.stop,
         rt.usage.stop,
         *([rt.fairshare.stop] if rt.fairshare is not None else []),
