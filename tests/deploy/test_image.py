@@ -15,6 +15,7 @@ from mindrouter.cli import build_parser
 from .files import ROOT, Instruction, dockerfile, shell_words
 
 ENV_SH = ROOT / "scripts" / "env.sh"
+IMAGE_SYNC = ("--frozen", "--no-dev", "--no-editable", "--project", str(ROOT))
 
 
 def env_sh_uv_version() -> str:
@@ -69,7 +70,7 @@ def test_dependencies_come_from_the_lockfile_with_the_scripts_own_commands() -> 
     assert ["python3", "-m", "venv", "/opt/tools"] in run
     pip = [c for c in run if "pip" in c[0]]
     assert len(pip) == 1 and pip[0][-1] == "uv==${UV_VERSION}"
-    # Everything else: uv sync, with env.sh's flags plus --no-dev, and nothing installed another way.
+    # The rest: uv sync, with env.sh's flags plus --no-dev; nothing installed any other way.
     syncs = [c for c in run if c[0].endswith("/uv")]
     assert syncs and all(c[1] == "sync" for c in syncs)
     for sync in syncs:
@@ -88,8 +89,7 @@ def test_the_sync_the_image_runs_installs_the_runtime_packages_only(tmp_path: Pa
     pyproject.toml (or --frozen would fail), and brings no development tool."""
     env = dict(os.environ, UV_PROJECT_ENVIRONMENT=str(tmp_path / "venv"))
     done = subprocess.run(
-        [str(ROOT / ".tools" / "bin" / "uv"), "sync", "--frozen", "--no-dev", "--no-editable"]
-        + ["--dry-run", "--offline", "--project", str(ROOT)],
+        [str(ROOT / ".tools" / "bin" / "uv"), "sync", *IMAGE_SYNC, "--dry-run", "--offline"],
         capture_output=True,
         text=True,
         env=env,
