@@ -30,7 +30,10 @@ from mindrouter.http.usage_routes import usage_routes
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.observability.logging import log
 from mindrouter.observability.metrics import Metrics
+from mindrouter.pipeline.drain import Drain
+from mindrouter.pipeline.flight import wait_for_closing
 from mindrouter.pipeline.gateway import Gateway
+from mindrouter.pipeline.leases import LeaseKeeper
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.breaker import Breaker
@@ -104,20 +107,22 @@ def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdap
 
 def build_limits(settings: Settings, metrics: Metrics) -> LimitStore:
     if not settings.redis_url:
-        return MemoryLimitStore()
+        return MemoryLimitStore(settings.lease_s)
 
     def degraded(reason: str) -> None:
         metrics.limits_degraded.inc()
         log.warning("limits answered locally: Redis unreachable", reason=reason)
 
-    primary = RedisLimitStore.from_url(settings.redis_url, prefix=settings.redis_prefix)
+    primary = RedisLimitStore.from_url(
+        settings.redis_url, prefix=settings.redis_prefix, lease_seconds=settings.lease_s
+    )
     policy = (
         RedisUnavailablePolicy.FAIL_OPEN_LOCAL
         if settings.redis_unavailable == "fail_open"
         else RedisUnavailablePolicy.FAIL_CLOSED
     )
     return ResilientLimitStore(
-        primary, policy=policy, fallback=MemoryLimitStore(), on_degraded=degraded
+        primary, policy=policy, fallback=MemoryLimitStore(settings.lease_s), on_degraded=degraded
     )
 
 
@@ -131,6 +136,8 @@ class Runtime:
     usage: UsageSync
     adapters: dict[str, EngineAdapter]
     monitor: BackendMonitor
+    leases: LeaseKeeper
+    drain: Drain
     fairshare: RedisFairShareState | None = None
     breakers: SharedBreakers | None = None
     slots: SharedSlots | None = None
@@ -182,6 +189,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     metrics = Metrics()
     limits = build_limits(settings, metrics)
     usage = UsageSync(stores.usage, limits, interval=settings.usage_flush_s)
+    leases = LeaseKeeper(limits, settings.lease_renew_s)
+    drain = Drain(settings.shutdown_grace_s)
     # With Redis the fair-share counters are shared by every process and replica.
     shared_fairshare = (
         RedisFairShareState.from_url(
@@ -228,6 +237,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         score_weights=settings.routing_weights,
         breakers=breakers,
         slots=slots,
+        leases=leases,
+        draining=drain.expired,
     )
     gateway = Gateway(services)
     metrics.watch(
@@ -244,7 +255,17 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         interval=settings.health_interval_s,
     )
     runtime = Runtime(
-        stores, authenticator, limits, usage, adapters, monitor, shared_fairshare, breakers, slots
+        stores,
+        authenticator,
+        limits,
+        usage,
+        adapters,
+        monitor,
+        leases,
+        drain,
+        shared_fairshare,
+        breakers,
+        slots,
     )
 
     @contextlib.asynccontextmanager
@@ -252,6 +273,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         await apply_config(stores, settings)
         await authenticator.start()
         await usage.start()
+        await leases.start()
         await monitor.start()
         if shared_fairshare is not None:
             await shared_fairshare.start()
@@ -275,6 +297,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.state.gateway = gateway
     app.state.settings = settings
     app.state.runtime = runtime
+    app.state.drain = drain
     app.state.trusted_proxies = frozenset(settings.trusted_proxies)
     _error_handlers(app, metrics)
 
@@ -283,6 +306,9 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
 
     async def readyz(request: Request) -> Response:
         ctx = new_context(request, "openai")
+        if drain.started:
+            # Shutting down: out of the load balancer at once, while streams finish.
+            return json_response({"status": "draining"}, ctx, 503)
         checks = await readiness(runtime, settings)
         # Backends are reported but do not decide readiness: every replica shares them, so
         # pulling replicas out of a load balancer would not help when all backends are down.
@@ -342,6 +368,8 @@ async def _shutdown(rt: Runtime) -> None:
     steps = [
         rt.monitor.stop,
         rt.authenticator.stop,
+        wait_for_closing,
+        rt.leases.stop,
         rt.usage.stop,
         *([rt.fairshare.stop] if rt.fairshare is not None else []),
         *([rt.breakers.stop] if rt.breakers is not None else []),

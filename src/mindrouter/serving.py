@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import signal
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
@@ -28,26 +31,69 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
-def _config(app: Any, log_level: str) -> uvicorn.Config:
+def _config(app: Any, log_level: str, graceful: float = 2.0) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         log_level=log_level,
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=2,
+        timeout_graceful_shutdown=math.ceil(graceful),
     )
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, with SIGTERM/SIGINT handled here: `on_signal` runs first (the drain
+    starts), and the signal is not raised again after the shutdown, which uvicorn does and which
+    would make a clean drain exit with the signal's status instead of 0."""
+
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self._on_signal = on_signal
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        loop = asyncio.get_running_loop()
+
+        def stop(sig: int) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            if self._on_signal is not None:
+                self._on_signal()
+            self.should_exit = True
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop, sig)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+
 class InLoopServer:
-    """A uvicorn server running as a task of the current event loop."""
+    """A uvicorn server running as a task of the current event loop.
+
+    `graceful`: how long the shutdown waits for responses in flight before cancelling them;
+    `on_signal`: called on SIGTERM/SIGINT (main thread only) before the shutdown starts.
+    """
 
     def __init__(
-        self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        *,
+        graceful: float = 2.0,
+        on_signal: Callable[[], None] | None = None,
     ):
         self._sock = bind_socket(host, port)
         self.host = host
         self.port: int = self._sock.getsockname()[1]
-        self._server = uvicorn.Server(_config(app, log_level))
+        self._server = _Server(_config(app, log_level, graceful), on_signal)
         self._task: asyncio.Task[None] | None = None
 
     @property

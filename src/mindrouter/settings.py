@@ -85,6 +85,12 @@ class Settings:
     redis_unavailable: Literal["fail_closed", "fail_open"] = "fail_closed"
     trusted_proxies: list[str] = field(default_factory=list)
     usage_flush_s: float = 30.0
+    # Limit leases (a user's concurrency slot and token reservation) expire this long after
+    # their last renewal; the process serving a request renews them every lease_renew_s.
+    lease_s: float = 20.0
+    lease_renew_s: float = 5.0
+    # SIGTERM: streams in flight may finish for this long, then end with an in-band error.
+    shutdown_grace_s: float = 30.0
     fairshare_sync_s: float = 0.05
     health_interval_s: float = 10.0
     breaker_threshold: int = 3
@@ -242,6 +248,15 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     s.usage_flush_s = _get(raw, "usage_flush_s", float, "", s.usage_flush_s)
     if not 0 < s.usage_flush_s <= 60:
         raise ConfigError("usage_flush_s: between 0 and 60 seconds")
+    s.lease_s = _get(raw, "lease_s", float, "", s.lease_s)
+    s.lease_renew_s = _get(raw, "lease_renew_s", float, "", s.lease_renew_s)
+    if not 0 < s.lease_renew_s <= s.lease_s / 2:
+        raise ConfigError("lease_renew_s: positive and at most half of lease_s")
+    if s.lease_s > 300:
+        raise ConfigError("lease_s: at most 300 seconds")
+    s.shutdown_grace_s = _get(raw, "shutdown_grace_s", float, "", s.shutdown_grace_s)
+    if s.shutdown_grace_s < 0:
+        raise ConfigError("shutdown_grace_s: must not be negative")
     s.fairshare_sync_s = _get(raw, "fairshare_sync_s", float, "", s.fairshare_sync_s)
     if not 0 < s.fairshare_sync_s <= 1:
         raise ConfigError("fairshare_sync_s: between 0 and 1 second")

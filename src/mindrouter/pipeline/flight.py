@@ -44,6 +44,12 @@ DEFAULT_OUTPUT_ESTIMATE = 512
 _CLOSING: set[asyncio.Task[None]] = set()
 
 
+async def wait_for_closing() -> None:
+    """Waits for the clean-ups under way (at shutdown, before the stores close)."""
+    if _CLOSING:
+        await asyncio.gather(*list(_CLOSING), return_exceptions=True)
+
+
 # Above this many characters of text, counting the input's tokens (about 12 ms per 100 KB here)
 # runs in a worker thread, where tiktoken releases the GIL, instead of holding up the event loop.
 OFF_LOOP_CHARS = 32_768
@@ -142,6 +148,8 @@ class Flight:
         self.ticket = await s.limits.admit(
             limit_key(p.user_id), limits, self.est_input + self.est_output, s.wall()
         )
+        if s.leases is not None:
+            s.leases.hold(self.ticket)
         try:
             start = AuditStart(
                 user_id=p.user_id,
@@ -306,6 +314,8 @@ class Flight:
             )
         # 4. and 5. The quota counters, then the durable usage rows.
         if self.ticket is not None:
+            if s.leases is not None:
+                s.leases.release(self.ticket)
             try:
                 await s.limits.settle(self.ticket, used, s.wall())
             except Exception as exc:

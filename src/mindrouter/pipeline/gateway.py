@@ -365,6 +365,11 @@ class Gateway:
                     status = "ok"
                     self._observe_speed(ctx, flight, usage)
                 yield event
+                if self.s.draining():
+                    raise Overloaded(
+                        "the gateway is shutting down and its grace period for open streams "
+                        "is over; retry the request"
+                    )
                 try:
                     event = await anext(events)
                 except StopAsyncIteration:

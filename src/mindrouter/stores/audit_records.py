@@ -8,9 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-# `interrupted`: the gateway process serving the request stopped (killed, crashed) before it
-# could finish; another process closed the record with the tokens last checkpointed.
-AuditStatus = Literal["pending", "ok", "error", "cancelled", "interrupted"]
+AuditStatus = Literal["pending", "ok", "error", "cancelled"]
 Outcome = Literal["ok", "error", "cancelled"]
 
 
@@ -37,7 +35,6 @@ class AuditStart:
     client_ip: str | None = None
     user_agent: str | None = None
     request_id: str | None = None
-    instance: str | None = None  # the gateway process that serves it
     uuid: str = field(default_factory=new_audit_uuid)
     created_at: datetime = field(default_factory=_now)
 
@@ -57,11 +54,6 @@ class AuditOutcome:
     first_token_ms: float | None = None
     total_ms: float | None = None
     completed_at: datetime = field(default_factory=_now)
-    # Charged to the user's durable usage in the transaction that completes the record, so a
-    # record's tokens are counted once whoever completes it. `period_start` is where the
-    # user's first period begins if they have none yet.
-    user_id: int | None = None
-    period_start: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

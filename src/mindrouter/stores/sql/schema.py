@@ -154,20 +154,6 @@ audit_records = Table(
     Column("total_ms", Float, nullable=True),
     Column("completed_at", UtcDateTime, nullable=True),
     Column("purged", Boolean, nullable=False),
-    # The gateway process that wrote the record; its pending records are closed by another
-    # process when its heartbeat lapses.
-    Column("instance", token_type(32), nullable=True, index=True),
-)
-
-# One row per running gateway process, its heartbeat renewed every `heartbeat_s`.
-gateway_instances = Table(
-    "gateway_instances",
-    metadata,
-    Column("id", token_type(32), primary_key=True),
-    Column("host", String(255), nullable=True),
-    Column("pid", Integer, nullable=True),
-    Column("started_at", UtcDateTime, nullable=False),
-    Column("heartbeat_at", UtcDateTime, nullable=False),
 )
 
 usage = Table(
