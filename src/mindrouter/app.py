@@ -25,6 +25,7 @@ from mindrouter.http.common import json_response, new_context
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
+from mindrouter.http.responses_routes import responses_routes
 from mindrouter.http.routing_admin_routes import routing_admin_routes
 from mindrouter.http.usage_routes import usage_routes
 from mindrouter.identity.authenticate import Authenticator
@@ -48,6 +49,7 @@ from mindrouter.stores.limits import (
 )
 from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
+from mindrouter.stores.sql.responses import SqlResponseStore
 
 
 def build_catalog(settings: Settings) -> Catalog:
@@ -305,6 +307,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.add_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
     # The inference routes first: routes are matched in order, and these are the hot ones.
     app.router.routes.extend(openai_routes(gateway, settings))
+    responses = SqlResponseStore(stores.engine, settings.responses_retention_days)
+    app.router.routes.extend(responses_routes(gateway, settings, responses))
     app.router.routes.extend(anthropic_routes(gateway, settings))
     app.router.routes.extend(ollama_routes(gateway, settings))
     app.router.routes.extend(usage_routes(gateway, stores))
