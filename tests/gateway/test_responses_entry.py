@@ -433,3 +433,18 @@ def test_a_backend_failure_mid_stream_ends_with_response_failed(stack: Stack) ->
     assert final.type == "response.failed"
     assert final.response.status == "failed" and final.response.error is not None
     assert time.time() - final.response.created_at < 60
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_output_limit_leaves_the_response_incomplete(stack: Stack, stream: bool) -> None:
+    body = {"model": "chat-llamacpp", "input": "A long story", "max_output_tokens": 3}
+    if stream:
+        events = stream_events(stack, body)
+        assert events[-1].type == "response.incomplete"
+        resp = events[-1].response
+    else:
+        resp = strict(create(stack, body).json())
+    assert resp.status == "incomplete" and resp.incomplete_details is not None
+    assert resp.incomplete_details.reason == "max_output_tokens"
+    assert resp.output[0].status == "incomplete"  # type: ignore[union-attr]
+    assert resp.usage is not None and resp.usage.output_tokens == 3

@@ -143,16 +143,17 @@ def output_text(text: str) -> JSONObject:
 def encode_response(result: ChatResult, shape: ResponseShape, *, now: int) -> JSONObject:
     """The whole response to a unary request."""
     choice = result.first
+    incomplete = INCOMPLETE.get(choice.finish_reason)
+    status = "incomplete" if incomplete else "completed"
     output: list[JSONObject] = []
     if choice.reasoning:
         output.append(shape.reasoning_item(len(output), choice.reasoning))
     if choice.text or not choice.tool_calls:
-        output.append(shape.message_item(len(output), choice.text))
+        output.append(shape.message_item(len(output), choice.text, status=status))
     for call in choice.tool_calls:
         output.append(shape.call_item(len(output), call))
-    incomplete = INCOMPLETE.get(choice.finish_reason)
     return shape.render(
-        status="incomplete" if incomplete else "completed",
+        status=status,
         output=output,
         usage=result.usage,
         incomplete=incomplete,

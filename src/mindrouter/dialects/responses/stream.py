@@ -104,7 +104,7 @@ class ResponsesStreamEncoder:
             self._incomplete = INCOMPLETE.get(event.reason)
             return b""
         if isinstance(event, Done):
-            out = self._close()
+            out = self._close("incomplete" if self._incomplete else "completed")
             if not self.output:
                 out += self._begin("message") + self._close()  # an empty answer is still a message
             status = "incomplete" if self._incomplete else "completed"
