@@ -367,6 +367,18 @@ def test_a_call_from_a_namespace_is_reported_under_it(stack: Stack) -> None:
         (
             {
                 "model": "chat-vllm",
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [{"type": "input_image", "image_url": "data:image/png;base64,"}],
+                    }
+                ],
+            },
+            "input[0].content[0].image_url",
+        ),
+        (
+            {
+                "model": "chat-vllm",
                 "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}],
             },
             "input[0].arguments",

@@ -25,6 +25,7 @@ from mindrouter.dialects.openai.fields import (
     path,
     req_str,
 )
+from mindrouter.dialects.openai.messages import image_part
 
 _MESSAGE_ROLES: dict[str, Role] = {
     "user": "user",
@@ -32,7 +33,6 @@ _MESSAGE_ROLES: dict[str, Role] = {
     "developer": "system",
     "assistant": "assistant",
 }
-_IMAGE_DETAILS = frozenset({"auto", "low", "high", "original"})
 # Item types the API defines that only OpenAI's own hosted tools produce or consume.
 _HOSTED_ITEMS = frozenset(
     {
@@ -234,20 +234,4 @@ def _image(part: JSONObject, at: str) -> ImagePart:
     if part.get("file_id") is not None:
         raise invalid(path(at, "file_id"), "uploaded files are not supported; send image_url")
     url = req_str(part, "image_url", at, non_empty=True)
-    detail = opt_str(part, "detail", at)
-    if detail is not None and detail not in _IMAGE_DETAILS:
-        raise invalid(path(at, "detail"), f"must be auto, low, high or original; got {detail!r}")
-    media_type: str | None = None
-    lowered = url[:8].lower()
-    if lowered.startswith("data:"):
-        header, comma, payload = url.partition(",")
-        media_type = header[5:].split(";", 1)[0].lower()
-        if not comma or not header.endswith(";base64") or not media_type.startswith("image/"):
-            raise invalid(
-                path(at, "image_url"), "a data URL must look like data:image/<type>;base64,<data>"
-            )
-        if not payload:
-            raise invalid(path(at, "image_url"), "the data URL holds no image data")
-    elif not lowered.startswith(("http://", "https://")):
-        raise invalid(path(at, "image_url"), "must be an http(s) URL or a data: URL")
-    return ImagePart(url=url, media_type=media_type, detail=detail)
+    return image_part(url, opt_str(part, "detail", at), path(at, "image_url"), at)
