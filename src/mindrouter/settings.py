@@ -91,6 +91,8 @@ class Settings:
     lease_renew_s: float = 5.0
     # SIGTERM: streams in flight may finish for this long, then end with an in-band error.
     shutdown_grace_s: float = 30.0
+    # Days a stored Responses-API response is kept (for previous_response_id); 0 keeps none.
+    responses_retention_days: int = 30
     fairshare_sync_s: float = 0.05
     health_interval_s: float = 10.0
     breaker_threshold: int = 3
@@ -257,6 +259,11 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     s.shutdown_grace_s = _get(raw, "shutdown_grace_s", float, "", s.shutdown_grace_s)
     if s.shutdown_grace_s < 0:
         raise ConfigError("shutdown_grace_s: must not be negative")
+    s.responses_retention_days = _get(
+        raw, "responses_retention_days", int, "", s.responses_retention_days
+    )
+    if not 0 <= s.responses_retention_days <= 3650:
+        raise ConfigError("responses_retention_days: between 0 and 3650")
     s.fairshare_sync_s = _get(raw, "fairshare_sync_s", float, "", s.fairshare_sync_s)
     if not 0 < s.fairshare_sync_s <= 1:
         raise ConfigError("fairshare_sync_s: between 0 and 1 second")
