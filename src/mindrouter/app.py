@@ -34,8 +34,8 @@ from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.drain import Drain
 from mindrouter.pipeline.flight import wait_for_closing
 from mindrouter.pipeline.gateway import Gateway
-from mindrouter.pipeline.leases import LeaseKeeper
 from mindrouter.pipeline.housekeeping import Chore, Housekeeping
+from mindrouter.pipeline.leases import LeaseKeeper
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.breaker import Breaker

@@ -97,7 +97,8 @@ def test_a_killed_replica_frees_its_users_slots_within_the_lease(tmp_path: Path)
                 quick = chat_body("openai", stream=False, max_tokens=1)
                 refused = http.post(b.url + "/v1/chat/completions", json=quick, headers=bearer(key))
                 checked_at = time.time()
-                expiries = [score for _, score in client.zrange(lease_key, 0, -1, withscores=True)]
+                held = client.zrange(lease_key, 0, -1, withscores=True)
+                expiries = [float(score) for _, score in held]  # type: ignore[union-attr]
                 # Refused for concurrency while the dead replica's leases were still valid.
                 assert refused.status_code == 429, refused.text
                 assert "concurrent" in refused.text
