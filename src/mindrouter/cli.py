@@ -53,8 +53,13 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         return 1
     host = ns.host or settings.host
     port = ns.port if ns.port is not None else settings.port
-    server = InLoopServer(build_app(settings, stores), host=host, port=port)
+    app = build_app(settings, stores)
+    server = InLoopServer(app, host=host, port=port)
     print(f"MindRouter listening on {server.url}", flush=True)
+    if settings.metrics_port is not None:
+        metrics = InLoopServer(app.state.metrics_app, host=host, port=settings.metrics_port)
+        await metrics.start()
+        print(f"Metrics on {metrics.url}/metrics", flush=True)
     await server.serve_forever()
     return 0
 

@@ -8,6 +8,8 @@ deterministic and lets backends that need ids pair them up.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from mindrouter.canonical import ImagePart, Message, Part, Role, TextPart, ToolCall
@@ -209,12 +211,20 @@ def _image(part: JSONObject, at: str) -> ImagePart:
     media_type: str | None = None
     lowered = url[:8].lower()
     if lowered.startswith("data:"):
-        header, comma, _ = url.partition(",")
+        header, comma, payload = url.partition(",")
         media_type = header[5:].split(";", 1)[0].lower()
         if not comma or not header.endswith(";base64") or not media_type.startswith("image/"):
             raise invalid(
                 path(spec_at, "url"), "a data URL must look like data:image/<type>;base64,<data>"
             )
+        # Checked here, as the other dialects check their inline images: a backend would
+        # otherwise fail on it with an error of its own, or worse, after queueing.
+        if not payload:
+            raise invalid(path(spec_at, "url"), "the data URL holds no image data")
+        try:
+            base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise invalid(path(spec_at, "url"), "the data URL's data is not valid base64") from None
     elif not lowered.startswith(("http://", "https://")):
         raise invalid(path(spec_at, "url"), "must be an http(s) URL or a data: URL")
     return ImagePart(url=url, media_type=media_type, detail=detail)
