@@ -11,9 +11,11 @@ import redis.asyncio as redis_asyncio
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text as sql_text
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from mindrouter.backends import build_adapter
 from mindrouter.backends.base import EngineAdapter
@@ -21,7 +23,9 @@ from mindrouter.backends.monitor import BackendMonitor, MonitorTarget
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
 from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
-from mindrouter.http.common import json_response, new_context
+from mindrouter.http.common import TrustedProxies, json_response, new_context
+from mindrouter.http.connections import ConnectionPolicy
+from mindrouter.http.edge import Edge
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
@@ -177,7 +181,11 @@ def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error", path=request.url.path, exc_info=exc)
         err = InternalError("the gateway failed to handle this request; it has been logged")
-        return error_response(err, dialect_for_path(request.url.path), request_id_of(request))
+        response = error_response(err, dialect_for_path(request.url.path), request_id_of(request))
+        # The server drops the connection after an unhandled error; say so, so that the client
+        # does not send its next request on it.
+        response.headers["connection"] = "close"
+        return response
 
     app.add_exception_handler(MindRouterError, on_gateway_error)
     app.add_exception_handler(HTTPException, on_http_error)
@@ -189,7 +197,9 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     stores = stores or open_stores(settings.database_url)
     catalog = build_catalog(settings)
     adapters = build_adapters(settings, catalog)
-    authenticator = Authenticator(stores.keys)
+    authenticator = Authenticator(
+        stores.keys, failures_per_minute=settings.auth_failures_per_minute
+    )
     metrics = Metrics()
     limits = build_limits(settings, metrics)
     usage = UsageSync(stores.usage, limits, interval=settings.usage_flush_s)
@@ -296,17 +306,36 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
 
     # FastAPI's OpenTelemetry bridge would look up the global providers on every request; the
     # gateway reports through its own metrics and logs.
+    # No HTML docs page: it would load its scripts from a CDN, and a browser cannot send the
+    # admin key it needs. The OpenAPI document is for admin keys (or off).
     app = FastAPI(
         title="MindRouter",
         version="0.1.0",
         lifespan=lifespan,
         telemetry={"tracing": False, "metrics": False, "logs": False},
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if settings.api_docs == "admin" else None,
     )
     app.state.gateway = gateway
     app.state.settings = settings
     app.state.runtime = runtime
     app.state.drain = drain
-    app.state.trusted_proxies = frozenset(settings.trusted_proxies)
+    trusted = TrustedProxies(settings.trusted_proxies)
+    app.state.trusted_proxies = trusted
+    app.state.connection_policy = ConnectionPolicy(
+        header_timeout_s=settings.header_timeout_s,
+        max_per_address=settings.max_connections_per_client,
+        exempt=trusted.__contains__,
+    )
+    app.add_middleware(
+        Edge,
+        authenticator=authenticator,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        trusted_proxies=trusted,
+        metrics_token=settings.metrics_token,
+    )
     _error_handlers(app, metrics)
 
     async def healthz(request: Request) -> Response:
@@ -334,6 +363,9 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
+    # With `metrics_port`, a second listener serves only /metrics, without a key (the port is
+    # meant for the cluster's network); `serve` starts it.
+    app.state.metrics_app = Starlette(routes=[Route("/metrics", prometheus, methods=["GET"])])
     app.add_route("/metrics", prometheus, methods=["GET"], include_in_schema=False)
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.add_route("/readyz", readyz, methods=["GET"], include_in_schema=False)

@@ -64,6 +64,10 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         on_signal=app.state.drain.begin,
     )
     print(f"MindRouter listening on {server.url}", flush=True)
+    if settings.metrics_port is not None:
+        metrics = InLoopServer(app.state.metrics_app, host=host, port=settings.metrics_port)
+        await metrics.start()
+        print(f"Metrics on {metrics.url}/metrics", flush=True)
     await server.serve_forever()
     return 0
 

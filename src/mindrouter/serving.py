@@ -2,6 +2,11 @@
 
 Binding first lets callers ask for port 0 and learn the real port before any request is sent,
 which the demo (several in-process servers) and the tests (many servers, no fixed ports) rely on.
+
+uvicorn's own X-Forwarded-For handling is off: it would believe any loopback peer by default, and
+the gateway applies its own rule (`trusted_proxies`) where the client address is needed. An app
+that sets `app.state.connection_policy` (the gateway does) is served with the connection
+defences of `http/connections.py`, wherever it is started: `serve`, the demo, tests, benchmarks.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+
+from mindrouter.http.connections import ConnectionPolicy, guarded_protocol
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -32,12 +39,15 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
 
 
 def _config(app: Any, log_level: str, graceful: float = 2.0) -> uvicorn.Config:
+    policy = getattr(getattr(app, "state", None), "connection_policy", None)
     return uvicorn.Config(
         app,
         log_level=log_level,
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=math.ceil(graceful),
+        proxy_headers=False,
+        http=guarded_protocol(policy) if isinstance(policy, ConnectionPolicy) else "auto",
     )
 
 

@@ -26,6 +26,7 @@ STATUS_BY_KIND: dict[str, int] = {
     "not_found": 404,
     "model_not_found": 404,
     "too_large": 413,
+    "request_timeout": 408,
     "rate_limited": 429,
     "overloaded": 503,
     "upstream_failure": 502,

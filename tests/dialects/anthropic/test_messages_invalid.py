@@ -184,8 +184,10 @@ def test_huge_numbers_are_reported_not_crashed_on() -> None:
         decode_messages_request(with_("temperature", 10**5000), signing_key=KEY)
     body = with_("max_tokens", 10**5000)
     body["thinking"]["budget_tokens"] = 10**5001
-    with pytest.raises(InvalidRequest, match=r"thinking\.budget_tokens"):
+    with pytest.raises(InvalidRequest, match=r"max_tokens: is out of range"):
         decode_messages_request(body, signing_key=KEY)
+    with pytest.raises(InvalidRequest, match=r"max_tokens: is out of range"):
+        decode_messages_request(with_("max_tokens", 1e30), signing_key=KEY)
 
 
 def test_tool_input_beyond_64_bit_integers_still_serialises() -> None:

@@ -76,6 +76,9 @@ def as_int(value: object, path: str, *, minimum: int | None = None) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise wrong_type(path, "an integer", value)
+    if not -(2**63) <= value < 2**63:
+        # 1e30 is integral as a float but fits no integer field of any backend.
+        raise invalid(path, f"is out of range for a 64-bit integer, got {shown(value)}")
     if minimum is not None and value < minimum:
         raise invalid(path, f"must be at least {minimum}, got {shown(value)}")
     return value
