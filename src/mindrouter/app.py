@@ -25,12 +25,14 @@ from mindrouter.http.common import json_response, new_context
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
+from mindrouter.http.responses_routes import responses_routes
 from mindrouter.http.routing_admin_routes import routing_admin_routes
 from mindrouter.http.usage_routes import usage_routes
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.observability.logging import log
 from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.gateway import Gateway
+from mindrouter.pipeline.housekeeping import Chore, Housekeeping
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.breaker import Breaker
@@ -48,6 +50,7 @@ from mindrouter.stores.limits import (
 )
 from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
+from mindrouter.stores.sql.responses import SqlResponseStore
 
 
 def build_catalog(settings: Settings) -> Catalog:
@@ -131,6 +134,7 @@ class Runtime:
     usage: UsageSync
     adapters: dict[str, EngineAdapter]
     monitor: BackendMonitor
+    housekeeping: Housekeeping
     fairshare: RedisFairShareState | None = None
     breakers: SharedBreakers | None = None
     slots: SharedSlots | None = None
@@ -244,8 +248,19 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         ],
         interval=settings.health_interval_s,
     )
+    responses = SqlResponseStore(stores.engine, settings.responses_retention_days)
+    housekeeping = Housekeeping([Chore("expired responses", 3600.0, responses.purge)])
     runtime = Runtime(
-        stores, authenticator, limits, usage, adapters, monitor, shared_fairshare, breakers, slots
+        stores,
+        authenticator,
+        limits,
+        usage,
+        adapters,
+        monitor,
+        housekeeping,
+        shared_fairshare,
+        breakers,
+        slots,
     )
 
     @contextlib.asynccontextmanager
@@ -254,6 +269,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         await authenticator.start()
         await usage.start()
         await monitor.start()
+        await housekeeping.start()
         if shared_fairshare is not None:
             await shared_fairshare.start()
         if breakers is not None:
@@ -306,6 +322,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.add_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
     # The inference routes first: routes are matched in order, and these are the hot ones.
     app.router.routes.extend(openai_routes(gateway, settings))
+    app.router.routes.extend(responses_routes(gateway, settings, responses))
     app.router.routes.extend(anthropic_routes(gateway, settings))
     app.router.routes.extend(ollama_routes(gateway, settings))
     app.router.routes.extend(usage_routes(gateway, stores))
@@ -342,6 +359,7 @@ async def _shutdown(rt: Runtime) -> None:
     """Stop taking work, write what is pending, then close connections; each step regardless."""
     steps = [
         rt.monitor.stop,
+        rt.housekeeping.stop,
         rt.authenticator.stop,
         rt.usage.stop,
         *([rt.fairshare.stop] if rt.fairshare is not None else []),

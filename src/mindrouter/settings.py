@@ -85,6 +85,8 @@ class Settings:
     redis_unavailable: Literal["fail_closed", "fail_open"] = "fail_closed"
     trusted_proxies: list[str] = field(default_factory=list)
     usage_flush_s: float = 30.0
+    # Days a stored Responses-API response is kept (for previous_response_id); 0 keeps none.
+    responses_retention_days: int = 30
     fairshare_sync_s: float = 0.05
     health_interval_s: float = 10.0
     breaker_threshold: int = 3
@@ -242,6 +244,11 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     s.usage_flush_s = _get(raw, "usage_flush_s", float, "", s.usage_flush_s)
     if not 0 < s.usage_flush_s <= 60:
         raise ConfigError("usage_flush_s: between 0 and 60 seconds")
+    s.responses_retention_days = _get(
+        raw, "responses_retention_days", int, "", s.responses_retention_days
+    )
+    if not 0 <= s.responses_retention_days <= 3650:
+        raise ConfigError("responses_retention_days: between 0 and 3650")
     s.fairshare_sync_s = _get(raw, "fairshare_sync_s", float, "", s.fairshare_sync_s)
     if not 0 < s.fairshare_sync_s <= 1:
         raise ConfigError("fairshare_sync_s: between 0 and 1 second")

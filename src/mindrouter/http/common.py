@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import orjson
@@ -10,7 +10,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from mindrouter.canonical import StreamEvent
+from mindrouter.canonical import Done, StreamEvent, StreamFailed
 from mindrouter.errors import InvalidRequest, PayloadTooLarge
 from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
 
@@ -80,8 +80,13 @@ def json_response(body: Any, ctx: RequestContext, status: int = 200) -> Response
     )
 
 
+EndHook = Callable[[], Awaitable[None]]
+
+
 async def _encode_stream(
-    encoder: StreamEncoder, events: AsyncGenerator[StreamEvent, None]
+    encoder: StreamEncoder,
+    events: AsyncGenerator[StreamEvent, None],
+    before_end: EndHook | None,
 ) -> AsyncIterator[bytes]:
     try:
         head = encoder.start()
@@ -89,6 +94,10 @@ async def _encode_stream(
             yield head
         async for event in events:
             out = encoder.encode(event)
+            if before_end is not None and isinstance(event, Done | StreamFailed):
+                # What must be in place before the client reads the ending (a stored response
+                # that its next request may name) is done before the ending is written.
+                await before_end()
             if out:
                 yield out
     finally:
@@ -100,6 +109,8 @@ def stream_response(
     events: AsyncGenerator[StreamEvent, None],
     ctx: RequestContext,
     extra_headers: dict[str, str] | None = None,
+    *,
+    before_end: EndHook | None = None,
 ) -> StreamingResponse:
     headers = {
         "x-request-id": ctx.request_id,
@@ -110,5 +121,7 @@ def stream_response(
     if extra_headers:
         headers.update(extra_headers)
     return StreamingResponse(
-        _encode_stream(encoder, events), media_type=encoder.content_type, headers=headers
+        _encode_stream(encoder, events, before_end),
+        media_type=encoder.content_type,
+        headers=headers,
     )
