@@ -154,8 +154,9 @@ class Runtime:
 def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def on_gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, MindRouterError)
-        dialect = dialect_for_path(request.url.path)
         ctx = getattr(request.state, "ctx", None)
+        # The route knows its dialect best: `GET /v1/models` answers Anthropic clients too.
+        dialect = ctx.dialect if ctx is not None else dialect_for_path(request.url.path)
         if ctx is not None and not ctx.recorded:
             # Refused before the pipeline ran (bad key, bad body, unknown model ...).
             metrics.requests.labels(dialect, "unknown", "none", "rejected").inc()

@@ -44,7 +44,8 @@ def status_for(error: MindRouterError, dialect: Dialect) -> int:
 
 
 def dialect_for_path(path: str) -> Dialect:
-    if path.startswith("/anthropic/"):
+    """The dialect of an error found before a route took the request (no such endpoint, …)."""
+    if path.startswith(("/anthropic/", "/v1/messages")):
         return "anthropic"
     if path.startswith("/api/"):
         return "ollama"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 from mindrouter.dialects.fields import kind_of as describe
@@ -106,3 +107,31 @@ def as_choice(value: object, path: str, choices: Collection[str]) -> str:
 def block_type(block: dict[str, Any], path: str) -> str:
     """A content block's `type`, required on every block."""
     return as_str(required(block, "type", path), child(path, "type"))
+
+
+@dataclass(slots=True)
+class Dropped:
+    """Where a request held something the Messages API accepts but this gateway cannot honour.
+
+    Such fields and blocks are checked like any other (a wrong type is still an error), then left
+    out of the canonical request; the caller logs the paths gathered here.
+    """
+
+    paths: list[str] = field(default_factory=list)
+
+    def add(self, path: str) -> None:
+        self.paths.append(path)
+
+
+def check_cache_control(block: dict[str, Any], path: str) -> None:
+    """`cache_control`, allowed on every block and tool: checked, and otherwise ignored (the
+    engines cache prompt prefixes on their own)."""
+    value = block.get("cache_control")
+    if value is None:
+        return
+    cache_path = child(path, "cache_control")
+    config = as_object(value, cache_path)
+    as_choice(required(config, "type", cache_path), child(cache_path, "type"), ("ephemeral",))
+    ttl = config.get("ttl")
+    if ttl is not None:
+        as_choice(ttl, child(cache_path, "ttl"), ("5m", "1h"))
