@@ -29,6 +29,7 @@ from mindrouter.http.edge import Edge
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
+from mindrouter.http.relevance_routes import relevance_routes
 from mindrouter.http.responses_routes import responses_routes
 from mindrouter.http.routing_admin_routes import routing_admin_routes
 from mindrouter.http.usage_routes import usage_routes
@@ -43,9 +44,16 @@ from mindrouter.pipeline.leases import LeaseKeeper
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.breaker import Breaker
-from mindrouter.routing.catalog import FEATURES, STRUCTURED_OUTPUT, BackendState, Catalog, ModelSpec
+from mindrouter.routing.catalog import (
+    FEATURES,
+    RERANK,
+    STRUCTURED_OUTPUT,
+    BackendState,
+    Catalog,
+    ModelSpec,
+)
 from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMemoryFairShareState
-from mindrouter.settings import Settings
+from mindrouter.settings import BackendSettings, Settings
 from mindrouter.stores.breakers import SharedBreakers
 from mindrouter.stores.fairshare import RedisFairShareState
 from mindrouter.stores.limits import (
@@ -58,6 +66,17 @@ from mindrouter.stores.limits import (
 from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
 from mindrouter.stores.sql.responses import SqlResponseStore
+
+
+def backend_features(b: BackendSettings) -> frozenset[str]:
+    """What the backend can do besides serving its models: structured output unless the config
+    says otherwise; reranking on every engine but Ollama, which has no such API."""
+    features = FEATURES
+    if not b.structured_output:
+        features -= {STRUCTURED_OUTPUT}
+    if b.engine == "ollama":
+        features -= {RERANK}
+    return features
 
 
 def build_catalog(settings: Settings) -> Catalog:
@@ -86,7 +105,7 @@ def build_catalog(settings: Settings) -> Catalog:
                 priority=b.priority,
                 gpu=b.gpu,
                 serves=serves,
-                features=FEATURES if b.structured_output else FEATURES - {STRUCTURED_OUTPUT},
+                features=backend_features(b),
                 breaker=Breaker(settings.breaker_threshold, settings.breaker_cooldown_s),
             )
         )
@@ -373,6 +392,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     # The inference routes first: routes are matched in order, and these are the hot ones.
     app.router.routes.extend(openai_routes(gateway, settings))
     app.router.routes.extend(responses_routes(gateway, settings, responses))
+    app.router.routes.extend(relevance_routes(gateway, settings))
     app.router.routes.extend(anthropic_routes(gateway, settings))
     app.router.routes.extend(ollama_routes(gateway, settings))
     app.router.routes.extend(usage_routes(gateway, stores))

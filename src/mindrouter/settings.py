@@ -18,7 +18,7 @@ from mindrouter.backends.base import ENGINES, Engine, Timeouts
 from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS, int_problem, text_problem
 from mindrouter.routing.select import ScoreWeights
 
-CAPABILITIES = ("chat", "vision", "embedding", "tools", "thinking")
+CAPABILITIES = ("chat", "vision", "embedding", "rerank", "tools", "thinking")
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 ApiDocs = Literal["admin", "off"]
 

@@ -41,7 +41,7 @@ from mindrouter.stores.records import (
 )
 from mindrouter.stores.sql.bundle import SqlStores
 
-Capability = Literal["chat", "vision", "embedding", "tools", "thinking"]
+Capability = Literal["chat", "vision", "embedding", "rerank", "tools", "thinking"]
 
 
 def _storable_text(value: str) -> str:

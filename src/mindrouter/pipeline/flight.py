@@ -18,7 +18,14 @@ import contextlib
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from mindrouter.canonical import AnyRequest, ChatRequest, CompletionRequest, ImagePart, Usage
+from mindrouter.canonical import (
+    AnyRequest,
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    ImagePart,
+    Usage,
+)
 from mindrouter.errors import MindRouterError, Overloaded
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
@@ -32,6 +39,7 @@ from mindrouter.tokens import (
     estimate_chat_input,
     estimate_completion_input,
     estimate_embedding_input,
+    estimate_relevance_input,
 )
 
 Status = Literal["ok", "error", "cancelled"]
@@ -60,7 +68,9 @@ def estimate_input(req: AnyRequest) -> int:
         return estimate_chat_input(req)
     if isinstance(req, CompletionRequest):
         return estimate_completion_input(req)
-    return estimate_embedding_input(req)
+    if isinstance(req, EmbeddingRequest):
+        return estimate_embedding_input(req)
+    return estimate_relevance_input(req)
 
 
 def text_size(req: AnyRequest) -> int:
@@ -71,7 +81,9 @@ def text_size(req: AnyRequest) -> int:
         return size + sum(len(t.description or "") + len(repr(t.parameters)) for t in req.tools)
     if isinstance(req, CompletionRequest):
         return sum(len(p) for p in req.prompt)
-    return sum(len(i) for i in req.inputs if isinstance(i, str))
+    if isinstance(req, EmbeddingRequest):
+        return sum(len(i) for i in req.inputs if isinstance(i, str))
+    return sum(len(q) for q in req.queries) + sum(len(d) for d in req.documents)
 
 
 async def estimate_input_off_loop(req: AnyRequest) -> int:
@@ -108,9 +120,13 @@ def audit_messages(req: AnyRequest) -> Any:
         return out
     if isinstance(req, CompletionRequest):
         return [{"role": "prompt", "content": p} for p in req.prompt]
-    return [
-        {"role": "input", "content": i if isinstance(i, str) else f"<{len(i)} token ids>"}
-        for i in req.inputs
+    if isinstance(req, EmbeddingRequest):
+        return [
+            {"role": "input", "content": i if isinstance(i, str) else f"<{len(i)} token ids>"}
+            for i in req.inputs
+        ]
+    return [{"role": "query", "content": q} for q in req.queries] + [
+        {"role": "document", "content": d} for d in req.documents
     ]
 
 

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import TypeVar
 
+import orjson
 import structlog
 
 from mindrouter.backends.base import EngineAdapter
@@ -28,6 +29,8 @@ from mindrouter.canonical import (
     EmbeddingRequest,
     EmbeddingResult,
     ReasoningDelta,
+    RelevanceRequest,
+    RelevanceResult,
     StreamEvent,
     StreamFailed,
     TextDelta,
@@ -55,14 +58,17 @@ from mindrouter.routing.select import rank_backends, rank_candidates
 from mindrouter.stores.limits import Limits, UsageSnapshot
 from mindrouter.tokens import estimate_chat_input
 
-R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest)
-T = TypeVar("T", ChatResult, EmbeddingResult)
+R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest, RelevanceRequest)
+T = TypeVar("T", ChatResult, EmbeddingResult, RelevanceResult)
 Events = AsyncGenerator[StreamEvent, None]
 
 
-def _result_text(result: ChatResult | EmbeddingResult) -> str | None:
+def _result_text(result: ChatResult | EmbeddingResult | RelevanceResult) -> str | None:
+    """What the audit record keeps as the output: the text, or the scores of a rerank."""
     if isinstance(result, EmbeddingResult):
         return None
+    if isinstance(result, RelevanceResult):
+        return orjson.dumps(result.scores).decode()
     choice = result.first
     calls = "".join(f"\n[tool call {c.name}] {c.arguments}" for c in choice.tool_calls)
     return choice.text + calls
@@ -90,6 +96,10 @@ class Gateway:
 
     async def embed(self, ctx: RequestContext, req: EmbeddingRequest) -> EmbeddingResult:
         return await self._unary(ctx, req, lambda a, r: a.embed(r))
+
+    async def score(self, ctx: RequestContext, req: RelevanceRequest) -> RelevanceResult:
+        """Rerank and score: admitted, audited, queued and charged like embeddings."""
+        return await self._unary(ctx, req, lambda a, r: a.score(r))
 
     async def count_tokens(self, ctx: RequestContext, req: ChatRequest) -> int:
         """Input tokens of a chat request: a backend's own tokenizer where one is reachable,
@@ -220,7 +230,7 @@ class Gateway:
         with the backend slot taken; nothing goes to the backend before the audit record."""
         await flight.recorded()
         named = dataclasses.replace(req, model=upstream)
-        if isinstance(named, EmbeddingRequest):
+        if isinstance(named, EmbeddingRequest | RelevanceRequest):
             return named
         fitted = await fit_context(named, flight.spec, flight.est_input, adapter)
         assert isinstance(fitted, type(named))
