@@ -22,6 +22,7 @@ from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, No
 from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
 from mindrouter.http.common import json_response, new_context
+from mindrouter.http.disconnect import CancelOnDisconnect
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
@@ -277,6 +278,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.state.runtime = runtime
     app.state.trusted_proxies = frozenset(settings.trusted_proxies)
     _error_handlers(app, metrics)
+    app.add_middleware(CancelOnDisconnect)
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"}, new_context(request, "openai"))

@@ -206,7 +206,9 @@ class GenerationResponse:
         async def send_cut(chunks: list[bytes], keep: int, fault: str) -> None:
             kept = chunks[: max(0, keep)]
             if kept:
-                await send({"type": "http.response.body", "body": b"".join(kept), "more_body": True})
+                await send(
+                    {"type": "http.response.body", "body": b"".join(kept), "more_body": True}
+                )
             record.fault = fault
 
         if job.stream:
