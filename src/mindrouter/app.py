@@ -25,6 +25,7 @@ from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
 from mindrouter.http.common import TrustedProxies, json_response, new_context
 from mindrouter.http.connections import ConnectionPolicy
+from mindrouter.http.disconnect import CancelOnDisconnect
 from mindrouter.http.edge import Edge
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
@@ -357,6 +358,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         metrics_token=settings.metrics_token,
     )
     _error_handlers(app, metrics)
+    app.add_middleware(CancelOnDisconnect)
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"}, new_context(request, "openai"))

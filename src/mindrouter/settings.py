@@ -279,7 +279,11 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         connect=_get(t, "connect", float, "timeouts", 10.0),
         first_byte=_get(t, "first_byte", float, "timeouts", 60.0),
         total=_get(t, "total", float, "timeouts", 180.0),
+        idle=_get(t, "idle", float, "timeouts", 60.0),
     )
+    for key in ("connect", "first_byte", "total", "idle"):
+        if getattr(s.timeouts, key) <= 0:
+            raise ConfigError(f"timeouts.{key}: must be positive")
     s.max_attempts = _get(raw, "max_attempts", int, "", s.max_attempts)
     if s.max_attempts < 1:
         raise ConfigError("max_attempts: must be at least 1")
