@@ -67,6 +67,7 @@ from mindrouter.stores.limits import (
 from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
 from mindrouter.stores.sql.responses import SqlResponseStore
+from mindrouter.stores.sql.retention import AuditRetention
 
 
 def backend_features(b: BackendSettings) -> frozenset[str]:
@@ -78,6 +79,8 @@ def backend_features(b: BackendSettings) -> frozenset[str]:
     if b.engine == "ollama":
         features -= {RERANK}
     return features
+
+
 
 
 def build_catalog(settings: Settings) -> Catalog:
@@ -166,6 +169,7 @@ class Runtime:
     leases: LeaseKeeper
     drain: Drain
     housekeeping: Housekeeping
+    retention: AuditRetention
     fairshare: RedisFairShareState | None = None
     breakers: SharedBreakers | None = None
     slots: SharedSlots | None = None
@@ -291,6 +295,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     )
     responses = SqlResponseStore(stores.engine, settings.responses_retention_days)
     housekeeping = Housekeeping([Chore("expired responses", 3600.0, responses.purge)])
+    retention = AuditRetention(stores.audit_log, settings.audit_retention_days)
     runtime = Runtime(
         stores,
         authenticator,
@@ -301,6 +306,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         leases,
         drain,
         housekeeping,
+        retention,
         shared_fairshare,
         breakers,
         slots,
@@ -314,6 +320,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         await leases.start()
         await monitor.start()
         await housekeeping.start()
+        await retention.start()
         if shared_fairshare is not None:
             await shared_fairshare.start()
         if breakers is not None:
@@ -432,6 +439,7 @@ async def _shutdown(rt: Runtime) -> None:
     steps = [
         rt.monitor.stop,
         rt.housekeeping.stop,
+        rt.retention.stop,
         rt.authenticator.stop,
         wait_for_closing,
         rt.leases.stop,

@@ -12,11 +12,18 @@ from mindrouter.settings import ConfigError, Settings
 
 
 def _serve(ns: argparse.Namespace) -> int:
-    from mindrouter.observability.logging import configure_logging
+    from mindrouter.observability.logging import configure_logging, log
     from mindrouter.settings import load_settings
+    from mindrouter.settings_sources import secret_key_problem
 
     settings = load_settings(ns.config)
     configure_logging(settings.log_level)
+    problem = secret_key_problem(settings.secret_key)
+    if problem is not None:
+        log.warning(
+            f"{problem}: set a long random one with MINDROUTER_SECRET_KEY or secret_key_file",
+            config=ns.config,
+        )
     with contextlib.suppress(KeyboardInterrupt):
         return _event_loop_runner()(_serve_async(settings, ns))
     return 0

@@ -2,6 +2,12 @@
 
 Validation happens here, at load time, with messages that name the offending key, so a typo in
 the config stops the gateway at start rather than surfacing as a strange request failure later.
+
+Secrets need not be in the file: `secret_key` and each backend's `api_key` may instead be read
+from a file (`secret_key_file`, `api_key_file`), and MINDROUTER_SECRET_KEY, like the database
+and Redis URLs, comes from the environment. Relative paths in the file (a SQLite database, the
+secret files) are taken from the file's own directory, so a command run from elsewhere finds
+the same database.
 """
 
 from __future__ import annotations
@@ -17,6 +23,12 @@ import yaml
 from mindrouter.backends.base import ENGINES, Engine, Timeouts
 from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS, int_problem, text_problem
 from mindrouter.routing.select import ScoreWeights
+from mindrouter.settings_sources import (
+    DEFAULT_SECRET_KEY,
+    ENVIRONMENT,
+    read_secret_file,
+    resolve_database_url,
+)
 
 CAPABILITIES = ("chat", "vision", "embedding", "rerank", "tools", "thinking")
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
@@ -78,7 +90,7 @@ class Settings:
     port: int = 8000
     log_level: str = "INFO"
     # Key for the signatures on thinking blocks given to Anthropic clients.
-    secret_key: str = "change-me"
+    secret_key: str = DEFAULT_SECRET_KEY
     reasoning_field: ReasoningField = "reasoning_content"
     max_body_bytes: int = 32 * 1024 * 1024
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -108,6 +120,8 @@ class Settings:
     health_interval_s: float = 10.0
     breaker_threshold: int = 3
     breaker_cooldown_s: float = 30.0
+    # Prompts and outputs of audit records older than this are blanked; 0 keeps them.
+    audit_retention_days: int = 0
     routing_weights: ScoreWeights = field(default_factory=ScoreWeights)
     groups: list[GroupSettings] = field(default_factory=list)
     users: list[UserSettings] = field(default_factory=list)
@@ -161,7 +175,22 @@ def _name(d: dict[str, Any], where: str) -> str:
     return name
 
 
-def _backend(d: dict[str, Any], where: str) -> BackendSettings:
+def _secret(d: dict[str, Any], key: str, where: str, base: Path | None) -> str | None:
+    """`key` itself, or the contents of the file `key_file` names (one trailing newline
+    dropped, as `echo` leaves it)."""
+    inline: str | None = _get(d, key, str, where, None)
+    path: str | None = _get(d, f"{key}_file", str, where, None)
+    if path is None:
+        return inline
+    if inline is not None:
+        raise ConfigError(f"{where}.{key} and {where}.{key}_file: give one of them")
+    try:
+        return read_secret_file(path, base)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{where}.{key}_file: {exc}") from None
+
+
+def _backend(d: dict[str, Any], where: str, base: Path | None = None) -> BackendSettings:
     name = _name(d, where)
     engine = d.get("engine")
     if engine not in ENGINES:
@@ -195,7 +224,7 @@ def _backend(d: dict[str, Any], where: str) -> BackendSettings:
         max_concurrent=_int(d, "max_concurrent", where, 8, (1, INT4_MAX)),
         priority=_int(d, "priority", where, 0, (-INT4_MAX, INT4_MAX)),
         models=models,
-        api_key=_get(d, "api_key", str, where, None),
+        api_key=_secret(d, "api_key", where, base),
         structured_output=_get(d, "structured_output", bool, where, True),
     )
 
@@ -259,16 +288,17 @@ def _connections(raw: dict[str, Any], s: Settings) -> None:
         raise ConfigError("metrics_port: a TCP port (0 picks a free one)")
 
 
-def settings_from_dict(raw: dict[str, Any]) -> Settings:
+def settings_from_dict(raw: dict[str, Any], base: Path | None = None) -> Settings:
+    """Settings from a parsed file; `base`, the file's folder, anchors its relative paths."""
     if not isinstance(raw, dict):
         raise ConfigError("the configuration must be a mapping")
     s = Settings()
-    s.database_url = _get(raw, "database_url", str, "", s.database_url)
+    s.database_url = resolve_database_url(_get(raw, "database_url", str, "", s.database_url), base)
     s.redis_url = _get(raw, "redis_url", str, "", None)
     s.host = _get(raw, "host", str, "", s.host)
     s.port = _get(raw, "port", int, "", s.port)
     s.log_level = _get(raw, "log_level", str, "", s.log_level).upper()
-    s.secret_key = _get(raw, "secret_key", str, "", s.secret_key)
+    s.secret_key = _secret(raw, "secret_key", "", base) or s.secret_key
     field_name = _get(raw, "reasoning_field", str, "", s.reasoning_field)
     if field_name not in ("reasoning_content", "reasoning", "both"):
         raise ConfigError("reasoning_field: one of reasoning_content, reasoning, both")
@@ -328,13 +358,18 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     s.breaker_cooldown_s = _get(raw, "breaker_cooldown_s", float, "", s.breaker_cooldown_s)
     if s.health_interval_s <= 0 or s.breaker_threshold < 1 or s.breaker_cooldown_s < 0:
         raise ConfigError("health_interval_s, breaker_threshold and breaker_cooldown_s: positive")
+    s.audit_retention_days = _get(raw, "audit_retention_days", int, "", 0)
+    if s.audit_retention_days < 0:
+        raise ConfigError("audit_retention_days: 0 (keep everything) or a number of days")
     s.routing_weights = _routing_weights(_get(raw, "routing_weights", dict, "", {}))
     s.groups = [_group(d, f"groups[{i}]") for i, d in enumerate(_items(raw, "groups"))]
     s.users = [
         UserSettings(_name(d, f"users[{i}]"), _get(d, "group", str, f"users[{i}]", "default"))
         for i, d in enumerate(_items(raw, "users"))
     ]
-    s.backends = [_backend(d, f"backends[{i}]") for i, d in enumerate(_items(raw, "backends"))]
+    s.backends = [
+        _backend(d, f"backends[{i}]", base) for i, d in enumerate(_items(raw, "backends"))
+    ]
     s.models = [_model(d, f"models[{i}]") for i, d in enumerate(_items(raw, "models"))]
     _check_unique("backends", [b.name for b in s.backends])
     _check_unique("models", [n for m in s.models for n in [m.name, *m.aliases]])
@@ -351,8 +386,10 @@ def _check_unique(what: str, names: list[str]) -> None:
 
 
 def load_settings(path: str | Path | None) -> Settings:
-    """Read the YAML file (if any), then apply MINDROUTER_DATABASE_URL / MINDROUTER_REDIS_URL."""
+    """Read the YAML file (if any), then apply the environment variables of ENVIRONMENT (their
+    relative SQLite paths are the current directory's, as for any command-line value)."""
     raw: dict[str, Any] = {}
+    base: Path | None = None
     if path is not None:
         p = Path(path)
         if not p.is_file():
@@ -361,9 +398,9 @@ def load_settings(path: str | Path | None) -> Settings:
             raw = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
-    settings = settings_from_dict(raw)
-    if os.environ.get("MINDROUTER_DATABASE_URL"):
-        settings.database_url = os.environ["MINDROUTER_DATABASE_URL"]
-    if os.environ.get("MINDROUTER_REDIS_URL"):
-        settings.redis_url = os.environ["MINDROUTER_REDIS_URL"]
+        base = p.resolve().parent
+    settings = settings_from_dict(raw, base)
+    for variable, key in ENVIRONMENT.items():
+        if os.environ.get(variable):
+            setattr(settings, key, os.environ[variable])
     return settings
