@@ -43,7 +43,8 @@ from mindrouter.pipeline.context import new_request_id
 
 Access = Literal["open", "key", "admin", "metrics"]
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# "/" is Ollama's liveness answer ("Ollama is running"), which clients probe without a key.
+OPEN_PATHS = frozenset({"/", "/healthz", "/readyz"})
 ADMIN_PATHS = frozenset({"/admin", "/openapi.json"})
 
 
