@@ -66,7 +66,8 @@ def test_generations_run_past_the_total_timeout_while_tokens_flow(slow: Cluster)
 
     calls: dict[str, Callable[[], str]] = {d: (lambda d=d: streamed_text(c, d)) for d in DIALECTS}
     calls["openai-unary"] = lambda: (
-        c.openai().chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}])
+        c.openai()
+        .chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}])
         .choices[0]
         .message.content
         or ""
@@ -120,7 +121,9 @@ def last_error_event(dialect: str, lines: list[str]) -> str:
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)
-def test_a_stream_whose_engine_goes_silent_ends_with_an_error(silent: Cluster, dialect: str) -> None:
+def test_a_stream_whose_engine_goes_silent_ends_with_an_error(
+    silent: Cluster, dialect: str
+) -> None:
     c = silent
     before = c.seen("quiet")
     with HTTP.stream(
