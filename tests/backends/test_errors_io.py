@@ -268,7 +268,7 @@ async def test_a_stream_that_goes_silent_ends_after_the_idle_gap(
     engine.on("/v1/chat/completions", one_piece_then_silence)
     adapter = make_adapter("vllm", timeouts=Timeouts(first_byte=5, total=30, idle=0.15))
     seen: list[Any] = []
-    with pytest.raises(UpstreamTimeout, match="silent for 0.15 s"):
+    with pytest.raises(UpstreamTimeout, match=r"silent for 0\.15 s"):
         async for event in adapter.chat_stream(chat()):
             seen.append(event)
     assert [e.text for e in seen if isinstance(e, TextDelta)] == ["x"]

@@ -28,6 +28,8 @@ from mindrouter.canonical import (
     CompletionRequest,
     EmbeddingRequest,
     EmbeddingResult,
+    RelevanceRequest,
+    RelevanceResult,
     StreamEvent,
 )
 
@@ -59,6 +61,11 @@ class EngineAdapter(Protocol):
     def complete_stream(self, req: CompletionRequest) -> AsyncGenerator[StreamEvent, None]: ...
 
     async def embed(self, req: EmbeddingRequest) -> EmbeddingResult: ...
+
+    async def score(self, req: RelevanceRequest) -> RelevanceResult:
+        """One relevance score per document (rerank and score); only engines with the rerank
+        feature are asked."""
+        ...
 
     async def count_chat_tokens(self, req: ChatRequest) -> int | None:
         """The engine's own count of the rendered prompt, or None when it has no tokenizer."""

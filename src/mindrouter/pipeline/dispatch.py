@@ -25,7 +25,12 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from mindrouter.backends.base import EngineAdapter
-from mindrouter.canonical import ChatRequest, CompletionRequest, EmbeddingRequest
+from mindrouter.canonical import (
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    RelevanceRequest,
+)
 from mindrouter.errors import Overloaded, UpstreamError, UpstreamRejected
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.fit import fit_context
@@ -34,7 +39,7 @@ from mindrouter.pipeline.services import Services
 from mindrouter.routing.catalog import BackendState, ModelSpec
 from mindrouter.routing.select import Candidate, rank_candidates
 
-R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest)
+R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest, RelevanceRequest)
 X = TypeVar("X")
 Attempt = Callable[[EngineAdapter, R], Awaitable[X]]
 
@@ -179,7 +184,7 @@ class Dispatcher:
         with the backend slot taken; nothing goes to the backend before the audit record."""
         await flight.recorded()
         named = dataclasses.replace(req, model=upstream)
-        if isinstance(named, EmbeddingRequest):
+        if isinstance(named, EmbeddingRequest | RelevanceRequest):
             return named
         fitted = await fit_context(named, flight.spec, flight.est_input, adapter)
         assert isinstance(fitted, type(named))

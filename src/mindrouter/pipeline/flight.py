@@ -22,6 +22,7 @@ from mindrouter.canonical import (
     AnyRequest,
     ChatRequest,
     CompletionRequest,
+    EmbeddingRequest,
     ImagePart,
     StreamEvent,
     Usage,
@@ -40,6 +41,7 @@ from mindrouter.tokens import (
     estimate_chat_input,
     estimate_completion_input,
     estimate_embedding_input,
+    estimate_relevance_input,
 )
 
 Status = Literal["ok", "error", "cancelled"]
@@ -52,6 +54,12 @@ DEFAULT_OUTPUT_ESTIMATE = 512
 _CLOSING: set[asyncio.Task[None]] = set()
 
 
+async def wait_for_closing() -> None:
+    """Waits for the clean-ups under way (at shutdown, before the stores close)."""
+    if _CLOSING:
+        await asyncio.gather(*list(_CLOSING), return_exceptions=True)
+
+
 # Above this many characters of text, counting the input's tokens (about 12 ms per 100 KB here)
 # runs in a worker thread, where tiktoken releases the GIL, instead of holding up the event loop.
 OFF_LOOP_CHARS = 32_768
@@ -62,7 +70,9 @@ def estimate_input(req: AnyRequest) -> int:
         return estimate_chat_input(req)
     if isinstance(req, CompletionRequest):
         return estimate_completion_input(req)
-    return estimate_embedding_input(req)
+    if isinstance(req, EmbeddingRequest):
+        return estimate_embedding_input(req)
+    return estimate_relevance_input(req)
 
 
 def text_size(req: AnyRequest) -> int:
@@ -73,7 +83,9 @@ def text_size(req: AnyRequest) -> int:
         return size + sum(len(t.description or "") + len(repr(t.parameters)) for t in req.tools)
     if isinstance(req, CompletionRequest):
         return sum(len(p) for p in req.prompt)
-    return sum(len(i) for i in req.inputs if isinstance(i, str))
+    if isinstance(req, EmbeddingRequest):
+        return sum(len(i) for i in req.inputs if isinstance(i, str))
+    return sum(len(q) for q in req.queries) + sum(len(d) for d in req.documents)
 
 
 async def estimate_input_off_loop(req: AnyRequest) -> int:
@@ -110,9 +122,13 @@ def audit_messages(req: AnyRequest) -> Any:
         return out
     if isinstance(req, CompletionRequest):
         return [{"role": "prompt", "content": p} for p in req.prompt]
-    return [
-        {"role": "input", "content": i if isinstance(i, str) else f"<{len(i)} token ids>"}
-        for i in req.inputs
+    if isinstance(req, EmbeddingRequest):
+        return [
+            {"role": "input", "content": i if isinstance(i, str) else f"<{len(i)} token ids>"}
+            for i in req.inputs
+        ]
+    return [{"role": "query", "content": q} for q in req.queries] + [
+        {"role": "document", "content": d} for d in req.documents
     ]
 
 
@@ -151,6 +167,8 @@ class Flight:
         self.ticket = await s.limits.admit(
             limit_key(p.user_id), limits, self.est_input + self.est_output, s.wall()
         )
+        if s.leases is not None:
+            s.leases.hold(self.ticket)
         try:
             start = AuditStart(
                 user_id=p.user_id,
@@ -334,6 +352,8 @@ class Flight:
             )
         # 4. and 5. The quota counters, then the durable usage rows.
         if self.ticket is not None:
+            if s.leases is not None:
+                s.leases.release(self.ticket)
             try:
                 await s.limits.settle(self.ticket, used, s.wall())
             except Exception as exc:

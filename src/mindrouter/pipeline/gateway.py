@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import TypeVar
 
+import orjson
 import structlog
 
 from mindrouter.backends.base import EngineAdapter
@@ -29,10 +30,18 @@ from mindrouter.canonical import (
     Done,
     EmbeddingRequest,
     EmbeddingResult,
+    RelevanceRequest,
+    RelevanceResult,
     StreamEvent,
     StreamFailed,
 )
-from mindrouter.errors import InternalError, MindRouterError, UpstreamError, UpstreamUnavailable
+from mindrouter.errors import (
+    InternalError,
+    MindRouterError,
+    Overloaded,
+    UpstreamError,
+    UpstreamUnavailable,
+)
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.dispatch import Dispatcher
@@ -45,16 +54,19 @@ from mindrouter.routing.select import rank_backends
 from mindrouter.stores.limits import Limits, UsageSnapshot
 from mindrouter.tokens import estimate_chat_input
 
-R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest)
+R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest, RelevanceRequest)
 G = TypeVar("G", ChatRequest, CompletionRequest)
-T = TypeVar("T", ChatResult, EmbeddingResult)
+T = TypeVar("T", ChatResult, EmbeddingResult, RelevanceResult)
 Events = AsyncGenerator[StreamEvent, None]
 Opener = Callable[[EngineAdapter, G], Events]
 
 
-def _result_text(result: ChatResult | EmbeddingResult) -> str | None:
+def _result_text(result: ChatResult | EmbeddingResult | RelevanceResult) -> str | None:
+    """What the audit record keeps as the output: the text, or the scores of a rerank."""
     if isinstance(result, EmbeddingResult):
         return None
+    if isinstance(result, RelevanceResult):
+        return orjson.dumps(result.scores).decode()
     choice = result.first
     calls = "".join(f"\n[tool call {c.name}] {c.arguments}" for c in choice.tool_calls)
     return choice.text + calls
@@ -91,6 +103,10 @@ class Gateway:
 
     async def embed(self, ctx: RequestContext, req: EmbeddingRequest) -> EmbeddingResult:
         return await self._unary(ctx, req, lambda _: self._embedding)
+
+    async def score(self, ctx: RequestContext, req: RelevanceRequest) -> RelevanceResult:
+        """Rerank and score: admitted, audited, queued and charged like embeddings."""
+        return await self._unary(ctx, req, lambda _: self._relevance)
 
     async def count_tokens(self, ctx: RequestContext, req: ChatRequest) -> int:
         """Input tokens of a chat request: a backend's own tokenizer where one is reachable,
@@ -132,7 +148,7 @@ class Gateway:
         flight: Flight,
         status: Status,
         error: MindRouterError | None = None,
-        result: ChatResult | EmbeddingResult | None = None,
+        result: ChatResult | EmbeddingResult | RelevanceResult | None = None,
     ) -> None:
         """The end of a request that reached a backend's turn: accounting, then metrics."""
         usage = result.usage if result is not None else None
@@ -188,6 +204,10 @@ class Gateway:
     async def _embedding(adapter: EngineAdapter, req: EmbeddingRequest) -> EmbeddingResult:
         return await adapter.embed(req)
 
+    @staticmethod
+    async def _relevance(adapter: EngineAdapter, req: RelevanceRequest) -> RelevanceResult:
+        return await adapter.score(req)
+
     def _first_event(self, flight: Flight) -> None:
         ctx = flight.ctx
         ctx.first_token_at = self.s.clock()
@@ -237,6 +257,11 @@ class Gateway:
                     status = "ok"
                     self._observe_speed(flight)
                 yield event
+                if self.s.draining():
+                    raise Overloaded(
+                        "the gateway is shutting down and its grace period for open streams "
+                        "is over; retry the request"
+                    )
                 try:
                     event = await anext(events)
                 except StopAsyncIteration:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Engine = Literal["vllm", "ollama", "llamacpp"]
-ModelKind = Literal["chat", "vision", "embedding"]
+ModelKind = Literal["chat", "vision", "embedding", "rerank"]
 
 ENGINES: tuple[Engine, ...] = ("vllm", "ollama", "llamacpp")
 DEFAULT_CONTEXT = 8192
@@ -31,6 +31,15 @@ class SimModel:
     @property
     def is_embedding(self) -> bool:
         return self.kind == "embedding"
+
+    @property
+    def is_reranker(self) -> bool:
+        return self.kind == "rerank"
+
+    @property
+    def generates(self) -> bool:
+        """Chat and vision models generate text; embedding and rerank models only read it."""
+        return self.kind in ("chat", "vision")
 
     @property
     def sees_images(self) -> bool:
@@ -63,6 +72,8 @@ class SimConfig:
             raise ValueError("slots must be at least 1")
         if self.reasoning_field not in ("reasoning", "reasoning_content"):
             raise ValueError("reasoning_field must be 'reasoning' or 'reasoning_content'")
+        if self.engine == "ollama" and any(m.is_reranker for m in self.models):
+            raise ValueError("Ollama has no rerank API; serve rerank models on vllm or llamacpp")
 
     def find_model(self, name: str) -> SimModel | None:
         for model in self.models:
