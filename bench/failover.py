@@ -85,7 +85,13 @@ def main() -> None:
         sims.append(sim)
         # The failing backends rank first, so that every request meets them.
         backends.append(
-            {"name": f"b{i}", "engine": "vllm", "url": sim.url, "models": [MODEL], "priority": 3 if rate else 0}
+            {
+                "name": f"b{i}",
+                "engine": "vllm",
+                "url": sim.url,
+                "models": [MODEL],
+                "priority": 3 if rate else 0,
+            }
         )
     db = f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='mr-bench-')}/mindrouter.db"
     settings = settings_from_dict(
@@ -119,7 +125,10 @@ def main() -> None:
         f"concurrency {ns.concurrency}: {ok / ns.requests:.1%} succeeded in {elapsed:.1f} s"
     )
     print("statuses:", dict(sorted(statuses.items())))
-    print("attempts per request:", dict(sorted(collections.Counter(r["attempts"] for r in rows).items())))
+    print(
+        "attempts per request:",
+        dict(sorted(collections.Counter(r["attempts"] for r in rows).items())),
+    )
 
 
 if __name__ == "__main__":

@@ -194,8 +194,13 @@ class Dispatcher:
 
     def verdict_ok(self, backend: BackendState) -> None:
         """The backend answered (even if only to refuse the request)."""
+        was_open = backend.breaker.failures >= backend.breaker.threshold
         backend.breaker.on_success()
         self._tell_others(backend)
+        if was_open:
+            # Its slots are usable again: requests waiting in the fair gate need not poll.
+            for model in backend.serves:
+                self.s.gate.release(model)
 
     def attempt_failed(self, backend: BackendState, exc: UpstreamError) -> None:
         backend.breaker.on_failure(self.s.clock())
