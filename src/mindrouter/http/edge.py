@@ -43,7 +43,8 @@ from mindrouter.pipeline.context import new_request_id
 
 Access = Literal["open", "key", "admin", "metrics"]
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# Ollama clients probe "/" ("Ollama is running") before they send a key.
+OPEN_PATHS = frozenset({"/", "/healthz", "/readyz"})
 ADMIN_PATHS = frozenset({"/admin", "/openapi.json"})
 
 
