@@ -43,7 +43,7 @@ from mindrouter.pipeline.context import new_request_id
 
 Access = Literal["open", "key", "admin", "metrics"]
 
-# "/" is Ollama's liveness answer ("Ollama is running"), which clients probe without a key.
+# Ollama clients probe "/" ("Ollama is running") before they send a key.
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz"})
 ADMIN_PATHS = frozenset({"/admin", "/openapi.json"})
 
