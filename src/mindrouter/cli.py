@@ -60,8 +60,21 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         return 1
     host = ns.host or settings.host
     port = ns.port if ns.port is not None else settings.port
-    server = InLoopServer(build_app(settings, stores), host=host, port=port)
+    app = build_app(settings, stores)
+    # The server waits a little past the grace period: streams end with their in-band error
+    # when it is over, and that last event must still reach the clients.
+    server = InLoopServer(
+        app,
+        host=host,
+        port=port,
+        graceful=settings.shutdown_grace_s + 5.0,
+        on_signal=app.state.drain.begin,
+    )
     print(f"MindRouter listening on {server.url}", flush=True)
+    if settings.metrics_port is not None:
+        metrics = InLoopServer(app.state.metrics_app, host=host, port=settings.metrics_port)
+        await metrics.start()
+        print(f"Metrics on {metrics.url}/metrics", flush=True)
     await server.serve_forever()
     return 0
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from mindrouter.canonical import ChatRequest, CompletionRequest, EmbeddingRequest
+from mindrouter.canonical import ChatRequest, CompletionRequest, EmbeddingRequest, RelevanceRequest
 
 # Role markers and separators that chat templates add around every message.
 PER_MESSAGE_OVERHEAD = 4
@@ -61,4 +61,13 @@ def estimate_embedding_input(req: EmbeddingRequest) -> int:
     total = 0
     for item in req.inputs:
         total += count_text(item) if isinstance(item, str) else len(item)
+    return total
+
+
+def estimate_relevance_input(req: RelevanceRequest) -> int:
+    """Every document is read together with its query, so a query counts once per document."""
+    query_tokens = [count_text(q) for q in req.queries]
+    total = 0
+    for i, document in enumerate(req.documents):
+        total += query_tokens[0 if len(query_tokens) == 1 else i] + count_text(document)
     return total

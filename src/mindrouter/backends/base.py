@@ -28,6 +28,8 @@ from mindrouter.canonical import (
     CompletionRequest,
     EmbeddingRequest,
     EmbeddingResult,
+    RelevanceRequest,
+    RelevanceResult,
     StreamEvent,
 )
 
@@ -37,9 +39,13 @@ ENGINES: tuple[Engine, ...] = ("vllm", "ollama", "llamacpp", "openai")
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
+    """Seconds. `idle` bounds the silence between two pieces of a stream, never its length;
+    `total` bounds a call answered in one body (embeddings, token counts)."""
+
     connect: float = 10.0
     first_byte: float = 60.0
     total: float = 180.0
+    idle: float = 60.0
 
 
 class EngineAdapter(Protocol):
@@ -55,6 +61,11 @@ class EngineAdapter(Protocol):
     def complete_stream(self, req: CompletionRequest) -> AsyncGenerator[StreamEvent, None]: ...
 
     async def embed(self, req: EmbeddingRequest) -> EmbeddingResult: ...
+
+    async def score(self, req: RelevanceRequest) -> RelevanceResult:
+        """One relevance score per document (rerank and score); only engines with the rerank
+        feature are asked."""
+        ...
 
     async def count_chat_tokens(self, req: ChatRequest) -> int | None:
         """The engine's own count of the rendered prompt, or None when it has no tokenizer."""

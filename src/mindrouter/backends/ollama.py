@@ -28,12 +28,14 @@ from mindrouter.canonical import (
     Done,
     EmbeddingRequest,
     EmbeddingResult,
+    RelevanceRequest,
+    RelevanceResult,
     StreamEvent,
     TextDelta,
     Usage,
     assemble,
 )
-from mindrouter.errors import UpstreamUnavailable
+from mindrouter.errors import UpstreamRejected, UpstreamUnavailable
 from mindrouter.tokens import count_text, estimate_chat_input, estimate_embedding_input
 
 
@@ -141,6 +143,10 @@ class OllamaAdapter:
     async def embed(self, req: EmbeddingRequest) -> EmbeddingResult:
         data = await self.http.post_json("/api/embed", encode_embed(req), req.model)
         return decode_embed(data, req.model, lambda: estimate_embedding_input(req))
+
+    async def score(self, req: RelevanceRequest) -> RelevanceResult:
+        # Never routed here (Ollama backends lack the rerank feature); refused, not attempted.
+        raise UpstreamRejected(f"{self.name}: Ollama has no rerank API", 400, self.name)
 
     async def count_chat_tokens(self, req: ChatRequest) -> int | None:
         # Ollama has no tokenizer endpoint; the pipeline falls back to its estimate.

@@ -17,6 +17,12 @@ from mindrouter.backends.openai_wire import (
     encode_completion,
     encode_embedding,
 )
+from mindrouter.backends.relevance_wire import (
+    decode_rerank,
+    encode_rerank,
+    query_groups,
+    relevance_result,
+)
 from mindrouter.canonical import (
     ChatRequest,
     ChatResult,
@@ -24,12 +30,15 @@ from mindrouter.canonical import (
     Done,
     EmbeddingRequest,
     EmbeddingResult,
+    RelevanceRequest,
+    RelevanceResult,
 )
 from mindrouter.errors import UpstreamRejected
 from mindrouter.tokens import (
     estimate_chat_input,
     estimate_completion_input,
     estimate_embedding_input,
+    estimate_relevance_input,
 )
 
 _DONE = b"[DONE]"
@@ -136,6 +145,21 @@ class OpenAICompatAdapter:
     async def embed(self, req: EmbeddingRequest) -> EmbeddingResult:
         data = await self.http.post_json(self.api + "/embeddings", encode_embedding(req), req.model)
         return decode_embeddings(data, req.model, lambda: estimate_embedding_input(req))
+
+    async def score(self, req: RelevanceRequest) -> RelevanceResult:
+        """Through the Jina-style `/rerank` under the OpenAI routes, one call per distinct query
+        (a rerank has one)."""
+        extra = req.extra if self.flavor.pass_extra else {}
+        scores = [0.0] * len(req.documents)
+        tokens: int | None = 0
+        for query, indexes in query_groups(req).items():
+            body = encode_rerank(req.model, query, [req.documents[i] for i in indexes], extra)
+            data = await self.http.post_json(self.api + "/rerank", body, req.model)
+            got, used = decode_rerank(data, len(indexes), self.name)
+            for i, score in zip(indexes, got, strict=True):
+                scores[i] = score
+            tokens = None if tokens is None or used is None else tokens + used
+        return relevance_result(req, scores, tokens, lambda: estimate_relevance_input(req))
 
     async def count_chat_tokens(self, req: ChatRequest) -> int | None:
         return None

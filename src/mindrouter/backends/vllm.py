@@ -1,6 +1,7 @@
 """vLLM's OpenAI server: the OpenAI wire plus vLLM's sampling and reasoning extras (PROTOCOLS §4).
 
-Configured URL: the server root, with or without a trailing `/v1` (`/tokenize` lives at the root).
+Configured URL: the server root, with or without a trailing `/v1` (`/tokenize` and `/score` live
+at the root). Rerank and score both go to `/score`, which takes every pair in one call.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from typing import Any, ClassVar
 from mindrouter.backends.base import Engine
 from mindrouter.backends.openai_compat import OpenAICompatAdapter, raise_unless_missing
 from mindrouter.backends.openai_wire import VLLM, Flavor, encode_chat
-from mindrouter.canonical import ChatRequest
+from mindrouter.backends.relevance_wire import decode_score, encode_score, relevance_result
+from mindrouter.canonical import ChatRequest, RelevanceRequest, RelevanceResult
 from mindrouter.errors import UpstreamRejected
+from mindrouter.tokens import estimate_relevance_input
 
 Json = dict[str, Any]
 
@@ -42,3 +45,8 @@ class VLLMAdapter(OpenAICompatAdapter):
             return count
         tokens = data.get("tokens")
         return len(tokens) if isinstance(tokens, list) else None
+
+    async def score(self, req: RelevanceRequest) -> RelevanceResult:
+        data = await self.http.post_json("/score", encode_score(req, req.extra), req.model)
+        scores, tokens = decode_score(data, len(req.documents), self.name)
+        return relevance_result(req, scores, tokens, lambda: estimate_relevance_input(req))

@@ -36,12 +36,20 @@ from mindrouter.canonical.request import (
     EmbeddingRequest,
     Modality,
     Reasoning,
+    RelevanceRequest,
     ResponseFormat,
     Sampling,
     Tool,
     ToolChoice,
 )
-from mindrouter.canonical.response import ChatResult, Choice, EmbeddingResult, FinishReason, Usage
+from mindrouter.canonical.response import (
+    ChatResult,
+    Choice,
+    EmbeddingResult,
+    FinishReason,
+    RelevanceResult,
+    Usage,
+)
 
 __all__ = [
     "EFFORTS",
@@ -64,6 +72,8 @@ __all__ = [
     "Reasoning",
     "ReasoningDelta",
     "ReasoningSignature",
+    "RelevanceRequest",
+    "RelevanceResult",
     "ResponseFormat",
     "Role",
     "Sampling",

@@ -69,7 +69,7 @@ class ToolChoice:
     parallel: bool | None = None
 
 
-Modality = Literal["chat", "multimodal", "embedding", "completion"]
+Modality = Literal["chat", "multimodal", "embedding", "completion", "rerank"]
 
 
 @dataclass(slots=True)
@@ -126,4 +126,32 @@ class EmbeddingRequest:
         return "embedding"
 
 
-AnyRequest = ChatRequest | CompletionRequest | EmbeddingRequest
+@dataclass(slots=True)
+class RelevanceRequest:
+    """How relevant each document is to a query: one number per document, nothing generated.
+
+    Rerank sends one query for all its documents; score may pair each document with a query of
+    its own. So `queries` holds either one query, compared with every document, or exactly one
+    per document. How the scores are ordered, cut or shown is the client dialect's business.
+    """
+
+    model: str
+    queries: list[str]
+    documents: list[str]
+    # Engine-specific fields the client sent (vLLM's truncate_prompt_tokens, ...), passed to
+    # engines that speak OpenAI's wire format, as for chat.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.queries) not in (1, len(self.documents)):
+            raise ValueError("queries must hold one query or one per document")
+
+    def query_of(self, index: int) -> str:
+        return self.queries[0] if len(self.queries) == 1 else self.queries[index]
+
+    @property
+    def modality(self) -> Modality:
+        return "rerank"
+
+
+AnyRequest = ChatRequest | CompletionRequest | EmbeddingRequest | RelevanceRequest

@@ -1,4 +1,4 @@
-"""Canonical results: usage, finished chat choices and embeddings."""
+"""Canonical results: usage, finished chat choices, embeddings and relevance scores."""
 
 from __future__ import annotations
 
@@ -57,4 +57,13 @@ class ChatResult:
 class EmbeddingResult:
     model: str
     vectors: list[list[float]]
+    usage: Usage
+
+
+@dataclass(slots=True)
+class RelevanceResult:
+    """One score per document of a RelevanceRequest, in the request's document order."""
+
+    model: str
+    scores: list[float]
     usage: Usage

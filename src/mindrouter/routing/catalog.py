@@ -1,14 +1,15 @@
 """Models, their aliases and capabilities, and the backends that serve each of them.
 
 Pure state: built from settings at start, read on every request. A model named by a backend but
-not described in the config gets defaults guessed from its name (an "embed" model embeds).
+not described in the config gets defaults guessed from its name (an "embed" model embeds, a
+"rerank" model reranks).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mindrouter.canonical import AnyRequest, ChatRequest
+from mindrouter.canonical import AnyRequest, ChatRequest, RelevanceRequest
 from mindrouter.errors import InvalidRequest, ModelNotFound
 from mindrouter.routing.breaker import Breaker
 
@@ -16,7 +17,17 @@ DEFAULT_CONTEXT = 8192
 # What a backend may or may not support, beyond serving a model. A request that needs a feature
 # goes only to backends that have it (a hard constraint of backend selection).
 STRUCTURED_OUTPUT = "structured_output"  # JSON mode and JSON schemas (response_format)
-FEATURES: frozenset[str] = frozenset({STRUCTURED_OUTPUT})
+RERANK = "rerank"  # the rerank/score API (vLLM, llama.cpp, OpenAI-compatible; Ollama has none)
+FEATURES: frozenset[str] = frozenset({STRUCTURED_OUTPUT, RERANK})
+# How a refusal says what no backend of the model has, and the request field it is about.
+_MISSING: dict[str, tuple[str, str]] = {
+    STRUCTURED_OUTPUT: (
+        "supports structured output (JSON mode or a JSON schema); send the request without it "
+        "or use another model",
+        "response_format",
+    ),
+    RERANK: ("has a rerank API (Ollama has none); use a model served by vLLM", "model"),
+}
 EMA_ALPHA = 0.2  # weight of the newest sample in the speed averages
 
 
@@ -30,6 +41,10 @@ class ModelSpec:
     @property
     def is_embedding(self) -> bool:
         return "embedding" in self.capabilities
+
+    @property
+    def is_reranker(self) -> bool:
+        return "rerank" in self.capabilities
 
 
 @dataclass(slots=True)
@@ -94,6 +109,8 @@ def _ema(prev: float | None, sample: float) -> float:
 
 def required_features(req: AnyRequest) -> frozenset[str]:
     """The backend features `req` cannot be served without."""
+    if isinstance(req, RelevanceRequest):
+        return frozenset({RERANK})
     if isinstance(req, ChatRequest):
         fmt = req.response_format
         if fmt is not None and fmt.kind != "text":
@@ -102,7 +119,13 @@ def required_features(req: AnyRequest) -> frozenset[str]:
 
 
 def guess_spec(name: str) -> ModelSpec:
-    caps = {"embedding"} if "embed" in name.lower() else {"chat"}
+    lowered = name.lower()
+    if "rerank" in lowered:
+        caps = {"rerank"}
+    elif "embed" in lowered:
+        caps = {"embedding"}
+    else:
+        caps = {"chat"}
     return ModelSpec(name=name, capabilities=frozenset(caps))
 
 
@@ -171,14 +194,19 @@ class Catalog:
         """Refuse a request that no backend serving the model could take, before it waits."""
         if not requires:
             return
-        if any(requires <= b.features for b, _ in self.serving(spec.name)):
+        features = [b.features for b, _ in self.serving(spec.name)]
+        if any(requires <= have for have in features):
             return
-        # Structured output is the one feature there is.
-        raise InvalidRequest(
-            f"no backend serving model '{spec.name}' supports structured output (JSON mode "
-            "or a JSON schema); send the request without it or use another model",
-            param="response_format",
-        )
+        lacking = [f for f in sorted(requires) if not all(f in have for have in features)]
+        what, param = _MISSING[(lacking or sorted(requires))[0]]
+        raise InvalidRequest(f"no backend serving model '{spec.name}' {what}", param=param)
+
+
+# Models that answer without generating, and where requests for them belong.
+_POOLING = (
+    ("embedding", "an embedding", "embeddings"),
+    ("rerank", "a rerank", "rerank or score"),
+)
 
 
 def check_modality(spec: ModelSpec, modality: str) -> None:
@@ -187,9 +215,19 @@ def check_modality(spec: ModelSpec, modality: str) -> None:
         if not spec.is_embedding:
             raise InvalidRequest(f"model '{spec.name}' is not an embedding model", param="model")
         return
-    if spec.is_embedding and "chat" not in spec.capabilities:
-        raise InvalidRequest(
-            f"model '{spec.name}' is an embedding model; use the embeddings endpoint", param="model"
-        )
+    if modality == "rerank":
+        if not spec.is_reranker:
+            raise InvalidRequest(
+                f"model '{spec.name}' is not a rerank model (it lacks the rerank capability)",
+                param="model",
+            )
+        return
+    if "chat" not in spec.capabilities:
+        for capability, kind, endpoint in _POOLING:
+            if capability in spec.capabilities:
+                raise InvalidRequest(
+                    f"model '{spec.name}' is {kind} model; use the {endpoint} endpoint",
+                    param="model",
+                )
     if modality == "multimodal" and "vision" not in spec.capabilities:
         raise InvalidRequest(f"model '{spec.name}' does not accept images", param="messages")

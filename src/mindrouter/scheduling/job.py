@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Modality = Literal["chat", "multimodal", "embedding"]
-MODALITIES: frozenset[str] = frozenset({"chat", "multimodal", "embedding"})
+Modality = Literal["chat", "multimodal", "embedding", "rerank"]
+MODALITIES: frozenset[str] = frozenset({"chat", "multimodal", "embedding", "rerank"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ class TokenCosts:
 
     Output tokens cost twice a prompt token by default, as in the Virtual Token Counter paper:
     decoding is sequential and holds a slot for the whole stream, while a prompt is prefilled in
-    one parallel pass. Embeddings only ever pay the prompt rate.
+    one parallel pass. Embeddings and reranking only ever pay the prompt rate.
     """
 
     prompt: float = 1.0

@@ -11,6 +11,7 @@ Module map:
     text        deterministic reply plans (words, reasoning, tool calls, JSON, stop strings)
     schema      values that satisfy a JSON Schema (tool arguments, structured output)
     embedding   deterministic embedding vectors, float and base64
+    rerank      deterministic relevance scores: /rerank and /score (vLLM, llama.cpp)
     engine      SimState, request records, slots, fault dice, request handling
     playback    pacing a reply over HTTP: slots, TTFT, tokens/s, disconnects, dropped streams
     metrics     Prometheus text and the per-route request counter

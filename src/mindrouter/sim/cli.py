@@ -81,6 +81,14 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="embedding model (repeatable)",
     )
+    models.add_argument(
+        "--rerank-model",
+        action="append",
+        default=[],
+        type=_model_spec,
+        metavar="NAME[:CONTEXT]",
+        help="rerank (cross-encoder) model for /rerank and /score; vllm and llamacpp only",
+    )
     timing = parser.add_argument_group("capacity and speed")
     timing.add_argument(
         "--slots",
@@ -119,6 +127,13 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="close streams abruptly after N chunks",
     )
+    faults.add_argument(
+        "--stall-after",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="stop streams after N chunks and keep the connection open, silent",
+    )
     faults.add_argument("--seed", type=int, default=0, help="seed of the fault dice")
     parser.add_argument(
         "--reasoning-field",
@@ -132,6 +147,7 @@ def sim_config_from_args(ns: argparse.Namespace) -> SimConfig:
     models: list[SimModel] = list(ns.model)
     models += [SimModel(m.name, m.context_length, "vision") for m in ns.vision_model]
     models += [SimModel(name, kind="embedding") for name in ns.embedding_model]
+    models += [SimModel(m.name, m.context_length, "rerank") for m in ns.rerank_model]
     return SimConfig(
         engine=ns.engine,
         models=models,
@@ -143,6 +159,7 @@ def sim_config_from_args(ns: argparse.Namespace) -> SimConfig:
         fail_status=ns.fail_status,
         hang_rate=ns.hang_rate,
         drop_after=ns.drop_after,
+        stall_after=ns.stall_after,
         seed=ns.seed,
         reasoning_field=ns.reasoning_field,
     )
@@ -150,7 +167,11 @@ def sim_config_from_args(ns: argparse.Namespace) -> SimConfig:
 
 def run_sim(ns: argparse.Namespace) -> int:
     """Serve until interrupted; 0 after a clean shutdown, 1 if the server could not start."""
-    config = sim_config_from_args(ns)
+    try:
+        config = sim_config_from_args(ns)
+    except ValueError as exc:
+        print(f"mindrouter sim: {exc}", file=sys.stderr)
+        return 2
     try:
         sock = bind_socket(ns.host, ns.port)
     except OSError as exc:

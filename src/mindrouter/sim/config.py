@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Engine = Literal["vllm", "ollama", "llamacpp"]
-ModelKind = Literal["chat", "vision", "embedding"]
+ModelKind = Literal["chat", "vision", "embedding", "rerank"]
 
 ENGINES: tuple[Engine, ...] = ("vllm", "ollama", "llamacpp")
 DEFAULT_CONTEXT = 8192
@@ -33,6 +33,15 @@ class SimModel:
         return self.kind == "embedding"
 
     @property
+    def is_reranker(self) -> bool:
+        return self.kind == "rerank"
+
+    @property
+    def generates(self) -> bool:
+        """Chat and vision models generate text; embedding and rerank models only read it."""
+        return self.kind in ("chat", "vision")
+
+    @property
     def sees_images(self) -> bool:
         return self.kind == "vision"
 
@@ -50,6 +59,7 @@ class SimConfig:
     fail_status: int = 500
     hang_rate: float = 0.0
     drop_after: int | None = None
+    stall_after: int | None = None
     seed: int = 0
     reasoning_field: str = "reasoning"
 
@@ -62,6 +72,8 @@ class SimConfig:
             raise ValueError("slots must be at least 1")
         if self.reasoning_field not in ("reasoning", "reasoning_content"):
             raise ValueError("reasoning_field must be 'reasoning' or 'reasoning_content'")
+        if self.engine == "ollama" and any(m.is_reranker for m in self.models):
+            raise ValueError("Ollama has no rerank API; serve rerank models on vllm or llamacpp")
 
     def find_model(self, name: str) -> SimModel | None:
         for model in self.models:

@@ -8,7 +8,8 @@ GET routes (`/props`, `/slots`) take `?model=` the same way.
 A prompt that does not fit gets `exceed_context_size_error` (with `n_prompt_tokens`, `n_ctx`);
 `max_tokens` beyond the room left simply stops at the context (finish "length"). An embedding
 request to a chat model (or the reverse) gets 501 `not_supported_error`, as a server started
-without (with) `--embeddings` answers. Reasoning goes to `reasoning_content`.
+without (with) `--embeddings` answers; a rerank request to a model that is not a reranker gets
+the 501 of a server started without `--reranking`. Reasoning goes to `reasoning_content`.
 """
 
 from __future__ import annotations
@@ -69,7 +70,13 @@ class LlamaCppServer(OpenAIServer):
                 "This server does not support embeddings. Start it with `--embeddings`",
                 "unsupported",
             )
-        if want == "chat" and model.is_embedding:
+        if want == "rerank" and not model.is_reranker:
+            raise SimError(
+                501,
+                "This server does not support reranking. Start it with `--reranking`",
+                "unsupported",
+            )
+        if want == "chat" and not model.generates:
             raise SimError(
                 501,
                 "This server does not support completions. Start it without `--embeddings`",
@@ -108,6 +115,10 @@ class LlamaCppServer(OpenAIServer):
     def routes(self) -> list[Route]:
         return [
             *self.openai_routes(),
+            *[
+                Route(p, self.rerank, methods=["POST"])
+                for p in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")
+            ],
             Route("/chat/completions", self.chat, methods=["POST"]),
             Route("/completion", self.native, methods=["POST"]),
             Route("/completions", self.native, methods=["POST"]),

@@ -27,10 +27,19 @@ from mindrouter.sim.openai_encode import (
     new_id,
 )
 from mindrouter.sim.playback import GenerationResponse, HangResponse, Job, Timing
+from mindrouter.sim.rerank import decode_rerank, decode_score, relevance_reply
 from mindrouter.sim.text import ReplySpec, plan_reply
 from mindrouter.sim.tokenizer import count_tokens, render_chat
 
-Want = Literal["chat", "embedding"]
+Want = Literal["chat", "embedding", "rerank"]
+
+
+def serves(model: SimModel, want: Want) -> bool:
+    if want == "embedding":
+        return model.is_embedding
+    if want == "rerank":
+        return model.is_reranker
+    return model.generates
 
 
 class OpenAIServer:
@@ -66,7 +75,7 @@ class OpenAIServer:
     def first_model(self, want: Want) -> SimModel:
         models = self.state.config.models
         for model in models:
-            if model.is_embedding == (want == "embedding"):
+            if serves(model, want):
                 return model
         return models[0]
 
@@ -101,6 +110,16 @@ class OpenAIServer:
 
     async def embeddings(self, request: Request) -> ASGIApp:
         return await self._handle(request, self._embeddings)
+
+    async def rerank(self, request: Request) -> ASGIApp:
+        return await self._handle(
+            request, lambda body, record: relevance_reply(self, decode_rerank(body), record, True)
+        )
+
+    async def score(self, request: Request) -> ASGIApp:
+        return await self._handle(
+            request, lambda body, record: relevance_reply(self, decode_score(body), record, False)
+        )
 
     # Handlers ----------------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """A simulated vLLM OpenAI server (PROTOCOLS.md §4).
 
-Serves every configured model under its name, as `--served-model-name` would. Requests with an
+Serves every configured model under its name, as `--served-model-name` would; rerank models
+answer `/rerank` and `/score` (see `rerank.py`). Requests with an
 unknown model get vLLM's 404; a prompt that does not fit, or `max_tokens` beyond the room left,
 gets vLLM's 400. Reasoning goes to `reasoning` or `reasoning_content` per `reasoning_field`.
 Error bodies are `{"error": {"message", "type", "param", "code": <int status>}}`.
@@ -19,10 +20,11 @@ from mindrouter.sim.config import SimModel
 from mindrouter.sim.engine import SimError, json_response, read_json_object
 from mindrouter.sim.metrics import Exposition, add_sim_families
 from mindrouter.sim.openai_chat import decode_messages
-from mindrouter.sim.openai_server import OpenAIServer, Want
+from mindrouter.sim.openai_server import OpenAIServer, Want, serves
 from mindrouter.sim.tokenizer import decode, encode, render_chat, token_text
 
 VLLM_VERSION = "0.11.0"
+_APIS = {"chat": "Chat Completions", "embedding": "Embeddings", "rerank": "Rerank (Score)"}
 
 
 def vllm_error_type(status: int) -> str:
@@ -54,10 +56,9 @@ class VllmServer(OpenAIServer):
         model = self.state.config.find_model(name) if name else self.first_model(want)
         if model is None:
             raise SimError(404, f"The model `{name}` does not exist.", "not_found", param="model")
-        if want == "chat" and model.is_embedding:
-            raise SimError(400, f"The model `{name}` does not support Chat Completions API")
-        if want == "embedding" and not model.is_embedding:
-            raise SimError(400, f"The model `{name}` does not support Embeddings API")
+        if not serves(model, want):
+            api = _APIS[want]
+            raise SimError(400, f"The model `{model.name}` does not support {api} API")
         return model
 
     def fit(self, model: SimModel, prompt_tokens: int, max_tokens: int | None) -> int:
@@ -94,6 +95,11 @@ class VllmServer(OpenAIServer):
     def routes(self) -> list[Route]:
         return [
             *self.openai_routes(),
+            *[
+                Route(p, self.rerank, methods=["POST"])
+                for p in ("/rerank", "/v1/rerank", "/v2/rerank")
+            ],
+            *[Route(p, self.score, methods=["POST"]) for p in ("/score", "/v1/score")],
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/ping", self.health, methods=["GET", "POST"]),

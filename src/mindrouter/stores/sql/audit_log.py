@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, null, or_, select, update
+from sqlalchemy import ColumnElement, false, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from mindrouter.bounds import as_row_id
 from mindrouter.errors import InvalidRequest
 from mindrouter.identity.keys import KEY_SCHEME, is_display_prefix
 from mindrouter.stores.audit_records import AuditEntry, AuditFilter
@@ -54,8 +55,9 @@ def _entry(row: AnyRow) -> AuditEntry:
 
 
 def _key_clause(key: str) -> ColumnElement[bool]:
-    if key.isdigit():
-        return audit_records.c.key_id == int(key)
+    if key.isascii() and key.isdigit():
+        key_id = as_row_id(key)
+        return audit_records.c.key_id == key_id if key_id is not None else false()
     if is_display_prefix(key):
         return audit_records.c.key_prefix == key
     if key.startswith(KEY_SCHEME):
