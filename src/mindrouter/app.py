@@ -81,8 +81,6 @@ def backend_features(b: BackendSettings) -> frozenset[str]:
     return features
 
 
-
-
 def build_catalog(settings: Settings) -> Catalog:
     specs = [
         ModelSpec(

@@ -79,9 +79,11 @@ def self_signed_certificate(directory: Path) -> Path:
     """A certificate for 127.0.0.1 (the file is its own CA for the client)."""
     directory.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
-        + ["-keyout", str(directory / "privkey.pem"), "-out", str(directory / "fullchain.pem")],
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(directory / "privkey.pem"), "-out", str(directory / "fullchain.pem")),
+        ],
         check=True,
         capture_output=True,
         timeout=60,

@@ -211,6 +211,9 @@ def test_the_config_is_mounted_where_serve_and_migrate_read_it(
     settings = settings_from_dict(raw)
     assert (settings.host, settings.port) == ("0.0.0.0", 8000)
     assert settings.audit_retention_days > 0
+    grace = pod_of(deployment)["terminationGracePeriodSeconds"]
+    pause = int(gateway["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert 0 < settings.shutdown_grace_s <= grace - pause - 5, "the drain ends before SIGKILL"
 
 
 def test_the_migration_job_retries_and_never_restarts_forever(
