@@ -11,9 +11,11 @@ import redis.asyncio as redis_asyncio
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text as sql_text
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from mindrouter.backends import build_adapter
 from mindrouter.backends.base import EngineAdapter
@@ -21,17 +23,25 @@ from mindrouter.backends.monitor import BackendMonitor, MonitorTarget
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
 from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
-from mindrouter.http.common import json_response, new_context
+from mindrouter.http.common import TrustedProxies, json_response, new_context
+from mindrouter.http.connections import ConnectionPolicy
+from mindrouter.http.disconnect import CancelOnDisconnect
+from mindrouter.http.edge import Edge
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
 from mindrouter.http.relevance_routes import relevance_routes
+from mindrouter.http.responses_routes import responses_routes
 from mindrouter.http.routing_admin_routes import routing_admin_routes
 from mindrouter.http.usage_routes import usage_routes
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.observability.logging import log
 from mindrouter.observability.metrics import Metrics
+from mindrouter.pipeline.drain import Drain
+from mindrouter.pipeline.flight import wait_for_closing
 from mindrouter.pipeline.gateway import Gateway
+from mindrouter.pipeline.housekeeping import Chore, Housekeeping
+from mindrouter.pipeline.leases import LeaseKeeper
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.breaker import Breaker
@@ -56,6 +66,8 @@ from mindrouter.stores.limits import (
 )
 from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
+from mindrouter.stores.sql.responses import SqlResponseStore
+from mindrouter.stores.sql.retention import AuditRetention
 
 
 def backend_features(b: BackendSettings) -> frozenset[str]:
@@ -123,20 +135,22 @@ def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdap
 
 def build_limits(settings: Settings, metrics: Metrics) -> LimitStore:
     if not settings.redis_url:
-        return MemoryLimitStore()
+        return MemoryLimitStore(settings.lease_s)
 
     def degraded(reason: str) -> None:
         metrics.limits_degraded.inc()
         log.warning("limits answered locally: Redis unreachable", reason=reason)
 
-    primary = RedisLimitStore.from_url(settings.redis_url, prefix=settings.redis_prefix)
+    primary = RedisLimitStore.from_url(
+        settings.redis_url, prefix=settings.redis_prefix, lease_seconds=settings.lease_s
+    )
     policy = (
         RedisUnavailablePolicy.FAIL_OPEN_LOCAL
         if settings.redis_unavailable == "fail_open"
         else RedisUnavailablePolicy.FAIL_CLOSED
     )
     return ResilientLimitStore(
-        primary, policy=policy, fallback=MemoryLimitStore(), on_degraded=degraded
+        primary, policy=policy, fallback=MemoryLimitStore(settings.lease_s), on_degraded=degraded
     )
 
 
@@ -150,6 +164,10 @@ class Runtime:
     usage: UsageSync
     adapters: dict[str, EngineAdapter]
     monitor: BackendMonitor
+    leases: LeaseKeeper
+    drain: Drain
+    housekeeping: Housekeeping
+    retention: AuditRetention
     fairshare: RedisFairShareState | None = None
     breakers: SharedBreakers | None = None
     slots: SharedSlots | None = None
@@ -158,8 +176,9 @@ class Runtime:
 def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def on_gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, MindRouterError)
-        dialect = dialect_for_path(request.url.path)
         ctx = getattr(request.state, "ctx", None)
+        # The route knows its dialect best: `GET /v1/models` answers Anthropic clients too.
+        dialect = ctx.dialect if ctx is not None else dialect_for_path(request.url.path)
         if ctx is not None and not ctx.recorded:
             # Refused before the pipeline ran (bad key, bad body, unknown model ...).
             metrics.requests.labels(dialect, "unknown", "none", "rejected").inc()
@@ -185,7 +204,11 @@ def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
     async def on_unexpected(request: Request, exc: Exception) -> Response:
         log.error("unhandled error", path=request.url.path, exc_info=exc)
         err = InternalError("the gateway failed to handle this request; it has been logged")
-        return error_response(err, dialect_for_path(request.url.path), request_id_of(request))
+        response = error_response(err, dialect_for_path(request.url.path), request_id_of(request))
+        # The server drops the connection after an unhandled error; say so, so that the client
+        # does not send its next request on it.
+        response.headers["connection"] = "close"
+        return response
 
     app.add_exception_handler(MindRouterError, on_gateway_error)
     app.add_exception_handler(HTTPException, on_http_error)
@@ -197,10 +220,14 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     stores = stores or open_stores(settings.database_url)
     catalog = build_catalog(settings)
     adapters = build_adapters(settings, catalog)
-    authenticator = Authenticator(stores.keys)
+    authenticator = Authenticator(
+        stores.keys, failures_per_minute=settings.auth_failures_per_minute
+    )
     metrics = Metrics()
     limits = build_limits(settings, metrics)
     usage = UsageSync(stores.usage, limits, interval=settings.usage_flush_s)
+    leases = LeaseKeeper(limits, settings.lease_renew_s)
+    drain = Drain(settings.shutdown_grace_s)
     # With Redis the fair-share counters are shared by every process and replica.
     shared_fairshare = (
         RedisFairShareState.from_url(
@@ -247,6 +274,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         score_weights=settings.routing_weights,
         breakers=breakers,
         slots=slots,
+        leases=leases,
+        draining=drain.expired,
     )
     gateway = Gateway(services)
     metrics.watch(
@@ -262,8 +291,23 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         ],
         interval=settings.health_interval_s,
     )
+    responses = SqlResponseStore(stores.engine, settings.responses_retention_days)
+    housekeeping = Housekeeping([Chore("expired responses", 3600.0, responses.purge)])
+    retention = AuditRetention(stores.audit_log, settings.audit_retention_days)
     runtime = Runtime(
-        stores, authenticator, limits, usage, adapters, monitor, shared_fairshare, breakers, slots
+        stores,
+        authenticator,
+        limits,
+        usage,
+        adapters,
+        monitor,
+        leases,
+        drain,
+        housekeeping,
+        retention,
+        shared_fairshare,
+        breakers,
+        slots,
     )
 
     @contextlib.asynccontextmanager
@@ -271,7 +315,10 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         await apply_config(stores, settings)
         await authenticator.start()
         await usage.start()
+        await leases.start()
         await monitor.start()
+        await housekeeping.start()
+        await retention.start()
         if shared_fairshare is not None:
             await shared_fairshare.start()
         if breakers is not None:
@@ -285,23 +332,47 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
 
     # FastAPI's OpenTelemetry bridge would look up the global providers on every request; the
     # gateway reports through its own metrics and logs.
+    # No HTML docs page: it would load its scripts from a CDN, and a browser cannot send the
+    # admin key it needs. The OpenAPI document is for admin keys (or off).
     app = FastAPI(
         title="MindRouter",
         version="0.1.0",
         lifespan=lifespan,
         telemetry={"tracing": False, "metrics": False, "logs": False},
+        docs_url=None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if settings.api_docs == "admin" else None,
     )
     app.state.gateway = gateway
     app.state.settings = settings
     app.state.runtime = runtime
-    app.state.trusted_proxies = frozenset(settings.trusted_proxies)
+    app.state.drain = drain
+    trusted = TrustedProxies(settings.trusted_proxies)
+    app.state.trusted_proxies = trusted
+    app.state.connection_policy = ConnectionPolicy(
+        header_timeout_s=settings.header_timeout_s,
+        max_per_address=settings.max_connections_per_client,
+        exempt=trusted.__contains__,
+    )
+    app.add_middleware(
+        Edge,
+        authenticator=authenticator,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+        trusted_proxies=trusted,
+        metrics_token=settings.metrics_token,
+    )
     _error_handlers(app, metrics)
+    app.add_middleware(CancelOnDisconnect)
 
     async def healthz(request: Request) -> Response:
         return json_response({"status": "ok"}, new_context(request, "openai"))
 
     async def readyz(request: Request) -> Response:
         ctx = new_context(request, "openai")
+        if drain.started:
+            # Shutting down: out of the load balancer at once, while streams finish.
+            return json_response({"status": "draining"}, ctx, 503)
         checks = await readiness(runtime, settings)
         # Backends are reported but do not decide readiness: every replica shares them, so
         # pulling replicas out of a load balancer would not help when all backends are down.
@@ -319,11 +390,15 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
+    # With `metrics_port`, a second listener serves only /metrics, without a key (the port is
+    # meant for the cluster's network); `serve` starts it.
+    app.state.metrics_app = Starlette(routes=[Route("/metrics", prometheus, methods=["GET"])])
     app.add_route("/metrics", prometheus, methods=["GET"], include_in_schema=False)
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.add_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
     # The inference routes first: routes are matched in order, and these are the hot ones.
     app.router.routes.extend(openai_routes(gateway, settings))
+    app.router.routes.extend(responses_routes(gateway, settings, responses))
     app.router.routes.extend(relevance_routes(gateway, settings))
     app.router.routes.extend(anthropic_routes(gateway, settings))
     app.router.routes.extend(ollama_routes(gateway, settings))
@@ -361,7 +436,11 @@ async def _shutdown(rt: Runtime) -> None:
     """Stop taking work, write what is pending, then close connections; each step regardless."""
     steps = [
         rt.monitor.stop,
+        rt.housekeeping.stop,
+        rt.retention.stop,
         rt.authenticator.stop,
+        wait_for_closing,
+        rt.leases.stop,
         rt.usage.stop,
         *([rt.fairshare.stop] if rt.fairshare is not None else []),
         *([rt.breakers.stop] if rt.breakers is not None else []),

@@ -12,11 +12,18 @@ from mindrouter.settings import ConfigError, Settings
 
 
 def _serve(ns: argparse.Namespace) -> int:
-    from mindrouter.observability.logging import configure_logging
+    from mindrouter.observability.logging import configure_logging, log
     from mindrouter.settings import load_settings
+    from mindrouter.settings_sources import secret_key_problem
 
     settings = load_settings(ns.config)
     configure_logging(settings.log_level)
+    problem = secret_key_problem(settings.secret_key)
+    if problem is not None:
+        log.warning(
+            f"{problem}: set a long random one with MINDROUTER_SECRET_KEY or secret_key_file",
+            config=ns.config,
+        )
     with contextlib.suppress(KeyboardInterrupt):
         return _event_loop_runner()(_serve_async(settings, ns))
     return 0
@@ -53,8 +60,21 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         return 1
     host = ns.host or settings.host
     port = ns.port if ns.port is not None else settings.port
-    server = InLoopServer(build_app(settings, stores), host=host, port=port)
+    app = build_app(settings, stores)
+    # The server waits a little past the grace period: streams end with their in-band error
+    # when it is over, and that last event must still reach the clients.
+    server = InLoopServer(
+        app,
+        host=host,
+        port=port,
+        graceful=settings.shutdown_grace_s + 5.0,
+        on_signal=app.state.drain.begin,
+    )
     print(f"MindRouter listening on {server.url}", flush=True)
+    if settings.metrics_port is not None:
+        metrics = InLoopServer(app.state.metrics_app, host=host, port=settings.metrics_port)
+        await metrics.start()
+        print(f"Metrics on {metrics.url}/metrics", flush=True)
     await server.serve_forever()
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import shlex
 from pathlib import Path
@@ -54,10 +55,13 @@ def _sims() -> tuple[SimConfig, SimConfig]:
 
 
 def demo_settings(vllm_url: str, ollama_url: str, host: str, port: int) -> Settings:
-    STATE_DIR.mkdir(exist_ok=True)
+    STATE_DIR.mkdir(mode=0o700, exist_ok=True)
     secret_file = STATE_DIR / "secret_key"
     if not secret_file.exists():
-        secret_file.write_text(secrets.token_urlsafe(32))
+        # Readable by its owner only, from the moment it exists.
+        fd = os.open(secret_file, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32))
     return settings_from_dict(
         {
             "database_url": f"sqlite+aiosqlite:///{STATE_DIR / 'mindrouter.db'}",

@@ -9,6 +9,7 @@
     │   ├── NotFound                     an unknown route or object
     │   │   └── ModelNotFound            the model is not served by any backend
     │   ├── PayloadTooLarge              the body is over the configured limit
+    │   ├── RequestTimeout               the body stopped arriving before it was complete
     │   └── RateLimited                  over a budget, rate or concurrency limit
     ├── Overloaded                       no backend capacity within the wait deadline
     ├── UpstreamError                    a backend failed us
@@ -79,6 +80,10 @@ class ModelNotFound(NotFound):
 
 class PayloadTooLarge(ClientError):
     kind = "too_large"
+
+
+class RequestTimeout(ClientError):
+    kind = "request_timeout"
 
 
 class RateLimited(ClientError):

@@ -2,17 +2,27 @@
 
 Binding first lets callers ask for port 0 and learn the real port before any request is sent,
 which the demo (several in-process servers) and the tests (many servers, no fixed ports) rely on.
+
+uvicorn's own X-Forwarded-For handling is off: it would believe any loopback peer by default, and
+the gateway applies its own rule (`trusted_proxies`) where the client address is needed. An app
+that sets `app.state.connection_policy` (the gateway does) is served with the connection
+defences of `http/connections.py`, wherever it is started: `serve`, the demo, tests, benchmarks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import signal
 import socket
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+
+from mindrouter.http.connections import ConnectionPolicy, guarded_protocol
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -28,26 +38,72 @@ def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
-def _config(app: Any, log_level: str) -> uvicorn.Config:
+def _config(app: Any, log_level: str, graceful: float = 2.0) -> uvicorn.Config:
+    policy = getattr(getattr(app, "state", None), "connection_policy", None)
     return uvicorn.Config(
         app,
         log_level=log_level,
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=2,
+        timeout_graceful_shutdown=math.ceil(graceful),
+        proxy_headers=False,
+        http=guarded_protocol(policy) if isinstance(policy, ConnectionPolicy) else "auto",
     )
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, with SIGTERM/SIGINT handled here: `on_signal` runs first (the drain
+    starts), and the signal is not raised again after the shutdown, which uvicorn does and which
+    would make a clean drain exit with the signal's status instead of 0."""
+
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self._on_signal = on_signal
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        loop = asyncio.get_running_loop()
+
+        def stop(sig: int) -> None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            if self._on_signal is not None:
+                self._on_signal()
+            self.should_exit = True
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop, sig)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+
 class InLoopServer:
-    """A uvicorn server running as a task of the current event loop."""
+    """A uvicorn server running as a task of the current event loop.
+
+    `graceful`: how long the shutdown waits for responses in flight before cancelling them;
+    `on_signal`: called on SIGTERM/SIGINT (main thread only) before the shutdown starts.
+    """
 
     def __init__(
-        self, app: Any, host: str = "127.0.0.1", port: int = 0, log_level: str = "warning"
+        self,
+        app: Any,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        log_level: str = "warning",
+        *,
+        graceful: float = 2.0,
+        on_signal: Callable[[], None] | None = None,
     ):
         self._sock = bind_socket(host, port)
         self.host = host
         self.port: int = self._sock.getsockname()[1]
-        self._server = uvicorn.Server(_config(app, log_level))
+        self._server = _Server(_config(app, log_level, graceful), on_signal)
         self._task: asyncio.Task[None] | None = None
 
     @property

@@ -2,10 +2,17 @@
 
 Validation happens here, at load time, with messages that name the offending key, so a typo in
 the config stops the gateway at start rather than surfacing as a strange request failure later.
+
+Secrets need not be in the file: `secret_key` and each backend's `api_key` may instead be read
+from a file (`secret_key_file`, `api_key_file`), and MINDROUTER_SECRET_KEY, like the database
+and Redis URLs, comes from the environment. Relative paths in the file (a SQLite database, the
+secret files) are taken from the file's own directory, so a command run from elsewhere finds
+the same database.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -14,10 +21,18 @@ from typing import Any, Literal
 import yaml
 
 from mindrouter.backends.base import ENGINES, Engine, Timeouts
+from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS, int_problem, text_problem
 from mindrouter.routing.select import ScoreWeights
+from mindrouter.settings_sources import (
+    DEFAULT_SECRET_KEY,
+    ENVIRONMENT,
+    read_secret_file,
+    resolve_database_url,
+)
 
 CAPABILITIES = ("chat", "vision", "embedding", "rerank", "tools", "thinking")
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
+ApiDocs = Literal["admin", "off"]
 
 
 class ConfigError(Exception):
@@ -75,7 +90,7 @@ class Settings:
     port: int = 8000
     log_level: str = "INFO"
     # Key for the signatures on thinking blocks given to Anthropic clients.
-    secret_key: str = "change-me"
+    secret_key: str = DEFAULT_SECRET_KEY
     reasoning_field: ReasoningField = "reasoning_content"
     max_body_bytes: int = 32 * 1024 * 1024
     timeouts: Timeouts = field(default_factory=Timeouts)
@@ -84,11 +99,29 @@ class Settings:
     redis_prefix: str = "mr:"
     redis_unavailable: Literal["fail_closed", "fail_open"] = "fail_closed"
     trusted_proxies: list[str] = field(default_factory=list)
+    # Slow or hostile clients: see docs/configuration.md#connections.
+    header_timeout_s: float = 15.0
+    body_timeout_s: float = 30.0
+    max_connections_per_client: int = 64
+    auth_failures_per_minute: int = 30
+    api_docs: ApiDocs = "admin"
+    metrics_token: str | None = None
+    metrics_port: int | None = None
     usage_flush_s: float = 30.0
+    # Limit leases (a user's concurrency slot and token reservation) expire this long after
+    # their last renewal; the process serving a request renews them every lease_renew_s.
+    lease_s: float = 20.0
+    lease_renew_s: float = 5.0
+    # SIGTERM: streams in flight may finish for this long, then end with an in-band error.
+    shutdown_grace_s: float = 30.0
+    # Days a stored Responses-API response is kept (for previous_response_id); 0 keeps none.
+    responses_retention_days: int = 30
     fairshare_sync_s: float = 0.05
     health_interval_s: float = 10.0
     breaker_threshold: int = 3
     breaker_cooldown_s: float = 30.0
+    # Prompts and outputs of audit records older than this are blanked; 0 keeps them.
+    audit_retention_days: int = 0
     routing_weights: ScoreWeights = field(default_factory=ScoreWeights)
     groups: list[GroupSettings] = field(default_factory=list)
     users: list[UserSettings] = field(default_factory=list)
@@ -111,6 +144,18 @@ def _get(
         raise ConfigError(
             f"{where}.{key}: expected {kinds[0].__name__}, got {type(value).__name__}"
         )
+    if isinstance(value, str) and (problem := text_problem(value)) is not None:
+        raise ConfigError(f"{where}.{key}: {problem}")
+    return value
+
+
+def _int(d: dict[str, Any], key: str, where: str, default: int, span: tuple[int, int]) -> int:
+    """An integer the database can hold in its column for the range `span`."""
+    value: int = _get(d, key, int, where, default)
+    low, high = span
+    problem = int_problem(value, low, high)
+    if problem is not None:
+        raise ConfigError(f"{where}.{key}: {problem}")
     return value
 
 
@@ -125,10 +170,27 @@ def _name(d: dict[str, Any], where: str) -> str:
     name = d.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(f"{where}.name: required, a non-empty string")
+    if (problem := text_problem(name)) is not None:
+        raise ConfigError(f"{where}.name: {problem}")
     return name
 
 
-def _backend(d: dict[str, Any], where: str) -> BackendSettings:
+def _secret(d: dict[str, Any], key: str, where: str, base: Path | None) -> str | None:
+    """`key` itself, or the contents of the file `key_file` names (one trailing newline
+    dropped, as `echo` leaves it)."""
+    inline: str | None = _get(d, key, str, where, None)
+    path: str | None = _get(d, f"{key}_file", str, where, None)
+    if path is None:
+        return inline
+    if inline is not None:
+        raise ConfigError(f"{where}.{key} and {where}.{key}_file: give one of them")
+    try:
+        return read_secret_file(path, base)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{where}.{key}_file: {exc}") from None
+
+
+def _backend(d: dict[str, Any], where: str, base: Path | None = None) -> BackendSettings:
     name = _name(d, where)
     engine = d.get("engine")
     if engine not in ENGINES:
@@ -149,18 +211,20 @@ def _backend(d: dict[str, Any], where: str) -> BackendSettings:
                 models.append(BackendModel(m["name"], str(upstream)))
             else:
                 raise ConfigError(f"{where}.models[{i}]: a model name or {{name, upstream}}")
-    max_concurrent = _get(d, "max_concurrent", int, where, 8)
-    if max_concurrent < 1:
-        raise ConfigError(f"{where}.max_concurrent: must be at least 1")
+            for text in (models[-1].name, models[-1].upstream):
+                if (problem := text_problem(text)) is not None:
+                    raise ConfigError(f"{where}.models[{i}]: {problem}")
+    if (problem := text_problem(url)) is not None:
+        raise ConfigError(f"{where}.url: {problem}")
     return BackendSettings(
         name=name,
         engine=engine,
         url=url.rstrip("/"),
         gpu=_get(d, "gpu", str, where, None),
-        max_concurrent=max_concurrent,
-        priority=_get(d, "priority", int, where, 0),
+        max_concurrent=_int(d, "max_concurrent", where, 8, (1, INT4_MAX)),
+        priority=_int(d, "priority", where, 0, (-INT4_MAX, INT4_MAX)),
         models=models,
-        api_key=_get(d, "api_key", str, where, None),
+        api_key=_secret(d, "api_key", where, base),
         structured_output=_get(d, "structured_output", bool, where, True),
     )
 
@@ -171,11 +235,9 @@ def _model(d: dict[str, Any], where: str) -> ModelSettings:
         if c not in CAPABILITIES:
             raise ConfigError(f"{where}.capabilities: unknown {c!r}; use {', '.join(CAPABILITIES)}")
     aliases = _get(d, "aliases", list, where, [])
-    if not all(isinstance(a, str) for a in aliases):
-        raise ConfigError(f"{where}.aliases: expected a list of strings")
-    ctx = _get(d, "context_length", int, where, 8192)
-    if ctx < 1:
-        raise ConfigError(f"{where}.context_length: must be positive")
+    if not all(isinstance(a, str) and a and text_problem(a) is None for a in aliases):
+        raise ConfigError(f"{where}.aliases: expected a list of non-empty strings without NUL")
+    ctx = _int(d, "context_length", where, 8192, (1, INT4_MAX))
     return ModelSettings(_name(d, where), ctx, list(caps), list(aliases))
 
 
@@ -183,13 +245,13 @@ def _group(d: dict[str, Any], where: str) -> GroupSettings:
     g = GroupSettings(
         name=_name(d, where),
         scheduler_weight=_get(d, "scheduler_weight", float, where, 1.0),
-        token_budget=_get(d, "token_budget", int, where, 0),
-        rpm=_get(d, "rpm", int, where, 0),
-        max_concurrent=_get(d, "max_concurrent", int, where, 0),
-        budget_period_days=_get(d, "budget_period_days", int, where, 30),
+        token_budget=_int(d, "token_budget", where, 0, (0, INT8_MAX)),
+        rpm=_int(d, "rpm", where, 0, (0, INT4_MAX)),
+        max_concurrent=_int(d, "max_concurrent", where, 0, (0, INT4_MAX)),
+        budget_period_days=_int(d, "budget_period_days", where, 30, (1, MAX_EXPIRES_DAYS)),
     )
-    if g.scheduler_weight <= 0:
-        raise ConfigError(f"{where}.scheduler_weight: must be positive")
+    if not 0 < g.scheduler_weight < float("inf"):
+        raise ConfigError(f"{where}.scheduler_weight: must be a positive number")
     return g
 
 
@@ -205,16 +267,38 @@ def _routing_weights(d: dict[str, Any]) -> ScoreWeights:
         raise ConfigError(f"routing_weights.{exc}") from None
 
 
-def settings_from_dict(raw: dict[str, Any]) -> Settings:
+def _connections(raw: dict[str, Any], s: Settings) -> None:
+    s.header_timeout_s = _get(raw, "header_timeout_s", float, "", s.header_timeout_s)
+    s.body_timeout_s = _get(raw, "body_timeout_s", float, "", s.body_timeout_s)
+    if s.header_timeout_s <= 0 or s.body_timeout_s <= 0:
+        raise ConfigError("header_timeout_s and body_timeout_s: positive numbers of seconds")
+    s.max_connections_per_client = _int(
+        raw, "max_connections_per_client", "", s.max_connections_per_client, (0, INT4_MAX)
+    )
+    s.auth_failures_per_minute = _int(
+        raw, "auth_failures_per_minute", "", s.auth_failures_per_minute, (0, INT4_MAX)
+    )
+    docs = _get(raw, "api_docs", str, "", s.api_docs)
+    if docs not in ("admin", "off"):
+        raise ConfigError("api_docs: admin or off")
+    s.api_docs = docs
+    s.metrics_token = _get(raw, "metrics_token", str, "", None) or None
+    s.metrics_port = _get(raw, "metrics_port", int, "", None)
+    if s.metrics_port is not None and not 0 <= s.metrics_port <= 65535:
+        raise ConfigError("metrics_port: a TCP port (0 picks a free one)")
+
+
+def settings_from_dict(raw: dict[str, Any], base: Path | None = None) -> Settings:
+    """Settings from a parsed file; `base`, the file's folder, anchors its relative paths."""
     if not isinstance(raw, dict):
         raise ConfigError("the configuration must be a mapping")
     s = Settings()
-    s.database_url = _get(raw, "database_url", str, "", s.database_url)
+    s.database_url = resolve_database_url(_get(raw, "database_url", str, "", s.database_url), base)
     s.redis_url = _get(raw, "redis_url", str, "", None)
     s.host = _get(raw, "host", str, "", s.host)
     s.port = _get(raw, "port", int, "", s.port)
     s.log_level = _get(raw, "log_level", str, "", s.log_level).upper()
-    s.secret_key = _get(raw, "secret_key", str, "", s.secret_key)
+    s.secret_key = _secret(raw, "secret_key", "", base) or s.secret_key
     field_name = _get(raw, "reasoning_field", str, "", s.reasoning_field)
     if field_name not in ("reasoning_content", "reasoning", "both"):
         raise ConfigError("reasoning_field: one of reasoning_content, reasoning, both")
@@ -225,7 +309,11 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         connect=_get(t, "connect", float, "timeouts", 10.0),
         first_byte=_get(t, "first_byte", float, "timeouts", 60.0),
         total=_get(t, "total", float, "timeouts", 180.0),
+        idle=_get(t, "idle", float, "timeouts", 60.0),
     )
+    for key in ("connect", "first_byte", "total", "idle"):
+        if getattr(s.timeouts, key) <= 0:
+            raise ConfigError(f"timeouts.{key}: must be positive")
     s.max_attempts = _get(raw, "max_attempts", int, "", s.max_attempts)
     if s.max_attempts < 1:
         raise ConfigError("max_attempts: must be at least 1")
@@ -236,12 +324,32 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
         raise ConfigError("redis_unavailable: fail_closed or fail_open")
     s.redis_unavailable = policy
     proxies = _get(raw, "trusted_proxies", list, "", [])
-    if not all(isinstance(p, str) for p in proxies):
-        raise ConfigError("trusted_proxies: a list of IP addresses")
-    s.trusted_proxies = list(proxies)
+    for i, p in enumerate(proxies):
+        try:
+            ipaddress.ip_network(str(p).strip(), strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"trusted_proxies[{i}]: {p!r} is not an IP address or CIDR range"
+            ) from None
+    s.trusted_proxies = [str(p).strip() for p in proxies]
+    _connections(raw, s)
     s.usage_flush_s = _get(raw, "usage_flush_s", float, "", s.usage_flush_s)
     if not 0 < s.usage_flush_s <= 60:
         raise ConfigError("usage_flush_s: between 0 and 60 seconds")
+    s.lease_s = _get(raw, "lease_s", float, "", s.lease_s)
+    s.lease_renew_s = _get(raw, "lease_renew_s", float, "", s.lease_renew_s)
+    if not 0 < s.lease_renew_s <= s.lease_s / 2:
+        raise ConfigError("lease_renew_s: positive and at most half of lease_s")
+    if s.lease_s > 300:
+        raise ConfigError("lease_s: at most 300 seconds")
+    s.shutdown_grace_s = _get(raw, "shutdown_grace_s", float, "", s.shutdown_grace_s)
+    if s.shutdown_grace_s < 0:
+        raise ConfigError("shutdown_grace_s: must not be negative")
+    s.responses_retention_days = _get(
+        raw, "responses_retention_days", int, "", s.responses_retention_days
+    )
+    if not 0 <= s.responses_retention_days <= 3650:
+        raise ConfigError("responses_retention_days: between 0 and 3650")
     s.fairshare_sync_s = _get(raw, "fairshare_sync_s", float, "", s.fairshare_sync_s)
     if not 0 < s.fairshare_sync_s <= 1:
         raise ConfigError("fairshare_sync_s: between 0 and 1 second")
@@ -250,13 +358,18 @@ def settings_from_dict(raw: dict[str, Any]) -> Settings:
     s.breaker_cooldown_s = _get(raw, "breaker_cooldown_s", float, "", s.breaker_cooldown_s)
     if s.health_interval_s <= 0 or s.breaker_threshold < 1 or s.breaker_cooldown_s < 0:
         raise ConfigError("health_interval_s, breaker_threshold and breaker_cooldown_s: positive")
+    s.audit_retention_days = _get(raw, "audit_retention_days", int, "", 0)
+    if s.audit_retention_days < 0:
+        raise ConfigError("audit_retention_days: 0 (keep everything) or a number of days")
     s.routing_weights = _routing_weights(_get(raw, "routing_weights", dict, "", {}))
     s.groups = [_group(d, f"groups[{i}]") for i, d in enumerate(_items(raw, "groups"))]
     s.users = [
         UserSettings(_name(d, f"users[{i}]"), _get(d, "group", str, f"users[{i}]", "default"))
         for i, d in enumerate(_items(raw, "users"))
     ]
-    s.backends = [_backend(d, f"backends[{i}]") for i, d in enumerate(_items(raw, "backends"))]
+    s.backends = [
+        _backend(d, f"backends[{i}]", base) for i, d in enumerate(_items(raw, "backends"))
+    ]
     s.models = [_model(d, f"models[{i}]") for i, d in enumerate(_items(raw, "models"))]
     _check_unique("backends", [b.name for b in s.backends])
     _check_unique("models", [n for m in s.models for n in [m.name, *m.aliases]])
@@ -273,8 +386,10 @@ def _check_unique(what: str, names: list[str]) -> None:
 
 
 def load_settings(path: str | Path | None) -> Settings:
-    """Read the YAML file (if any), then apply MINDROUTER_DATABASE_URL / MINDROUTER_REDIS_URL."""
+    """Read the YAML file (if any), then apply the environment variables of ENVIRONMENT (their
+    relative SQLite paths are the current directory's, as for any command-line value)."""
     raw: dict[str, Any] = {}
+    base: Path | None = None
     if path is not None:
         p = Path(path)
         if not p.is_file():
@@ -283,9 +398,9 @@ def load_settings(path: str | Path | None) -> Settings:
             raw = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
-    settings = settings_from_dict(raw)
-    if os.environ.get("MINDROUTER_DATABASE_URL"):
-        settings.database_url = os.environ["MINDROUTER_DATABASE_URL"]
-    if os.environ.get("MINDROUTER_REDIS_URL"):
-        settings.redis_url = os.environ["MINDROUTER_REDIS_URL"]
+        base = p.resolve().parent
+    settings = settings_from_dict(raw, base)
+    for variable, key in ENVIRONMENT.items():
+        if os.environ.get(variable):
+            setattr(settings, key, os.environ[variable])
     return settings

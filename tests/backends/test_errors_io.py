@@ -228,10 +228,19 @@ async def headers_then_hang(req: Recorded, reply: Reply) -> None:
 
 
 async def trickle(req: Recorded, reply: Reply) -> None:
+    """Twenty pieces 20 ms apart, then the end: about 0.4 s of steady output."""
     await reply.start(200, "text/event-stream")
-    while not req.gone.is_set():
+    for _ in range(20):
         await reply.write(sse({"choices": [{"index": 0, "delta": {"content": "x"}}]}))
         await asyncio.sleep(0.02)
+    await reply.write(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    await reply.write(b"data: [DONE]\n\n")
+
+
+async def one_piece_then_silence(req: Recorded, reply: Reply) -> None:
+    await reply.start(200, "text/event-stream")
+    await reply.write(sse({"choices": [{"index": 0, "delta": {"content": "x"}}]}))
+    await req.gone.wait()
 
 
 @pytest.mark.parametrize(
@@ -244,11 +253,25 @@ async def test_first_byte_timeout(handler: Any, engine: FakeEngine, make_adapter
         await call(adapter, stream=True)
 
 
-async def test_total_timeout_while_streaming(engine: FakeEngine, make_adapter: Make) -> None:
+async def test_a_stream_outlives_the_total_timeout_while_pieces_keep_coming(
+    engine: FakeEngine, make_adapter: Make
+) -> None:
     engine.on("/v1/chat/completions", trickle)
-    adapter = make_adapter("vllm", timeouts=Timeouts(connect=5, first_byte=5, total=0.2))
-    with pytest.raises(UpstreamTimeout, match="total"):
-        await call(adapter, stream=True)
+    adapter = make_adapter("vllm", timeouts=Timeouts(first_byte=5, total=0.1, idle=5))
+    events = await call(adapter, stream=True)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "x" * 20
+
+
+async def test_a_stream_that_goes_silent_ends_after_the_idle_gap(
+    engine: FakeEngine, make_adapter: Make
+) -> None:
+    engine.on("/v1/chat/completions", one_piece_then_silence)
+    adapter = make_adapter("vllm", timeouts=Timeouts(first_byte=5, total=30, idle=0.15))
+    seen: list[Any] = []
+    with pytest.raises(UpstreamTimeout, match=r"silent for 0\.15 s"):
+        async for event in adapter.chat_stream(chat()):
+            seen.append(event)
+    assert [e.text for e in seen if isinstance(e, TextDelta)] == ["x"]
 
 
 async def test_total_timeout_without_streaming(engine: FakeEngine, make_adapter: Make) -> None:

@@ -36,6 +36,9 @@ KINDS: dict[str, tuple[str, list[str]]] = {
 }
 
 
+METRICS_TOKEN = "test-metrics-token"
+
+
 def sim_model_name(prefix: str, engine: str) -> str:
     sim_engine = "vllm" if engine == "openai" else engine
     return f"{prefix}-{sim_engine}"
@@ -93,6 +96,7 @@ def gateway_config(urls: dict[str, str], **top: Any) -> dict[str, Any]:
         "backends": backends,
         "models": models,
         "secret_key": "test-secret",
+        "metrics_token": METRICS_TOKEN,
         "groups": [{"name": "testers", "scheduler_weight": 1}],
         "users": [{"name": "tester", "group": "testers"}],
         **top,

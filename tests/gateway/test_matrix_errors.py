@@ -111,7 +111,7 @@ ANTHROPIC_CASES: list[tuple[str, str, object, int, str, str]] = [
     (
         "bad role",
         MESSAGES,
-        _with(OK_MESSAGES, messages=[{"role": "system", "content": "x"}]),
+        _with(OK_MESSAGES, messages=[{"role": "developer", "content": "x"}]),
         400,
         "invalid_request_error",
         "messages.0.role",
@@ -213,10 +213,14 @@ ANTHROPIC_CASES: list[tuple[str, str, object, int, str, str]] = [
     (
         "server tool",
         MESSAGES,
-        _with(OK_MESSAGES, tools=[{"type": "web_search_20250305", "name": "web_search"}]),
+        _with(
+            OK_MESSAGES,
+            tools=[{"type": "web_search_20250305", "name": "web_search"}],
+            tool_choice={"type": "tool", "name": "web_search"},
+        ),
         400,
         "invalid_request_error",
-        "server tools",
+        "server tool",
     ),
     (
         "tool_choice unknown tool",

@@ -9,11 +9,14 @@ import httpx
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.gateway.stack import Stack
+from tests.gateway.stack import METRICS_TOKEN, Stack
 
 
 def scrape(stack: Stack) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = httpx.get(stack.url + "/metrics", timeout=10).text
+    auth = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+    response = httpx.get(stack.url + "/metrics", headers=auth, timeout=10)
+    response.raise_for_status()
+    text = response.text
     out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:

@@ -39,9 +39,13 @@ ENGINES: tuple[Engine, ...] = ("vllm", "ollama", "llamacpp", "openai")
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
+    """Seconds. `idle` bounds the silence between two pieces of a stream, never its length;
+    `total` bounds a call answered in one body (embeddings, token counts)."""
+
     connect: float = 10.0
     first_byte: float = 60.0
     total: float = 180.0
+    idle: float = 60.0
 
 
 class EngineAdapter(Protocol):

@@ -6,10 +6,12 @@ bytes arrive (SSE for OpenAI-style engines, NDJSON for Ollama); nothing buffers 
 
 Timeouts (`base.Timeouts`):
 - connect:    the TCP connect (`ClientTimeout.sock_connect`);
-- first_byte: for streamed calls, from sending until the headers *and* the first body line
-  arrived. Non-streamed generation answers only when it is finished, so those calls are bounded
-  by `total` alone;
-- total:      the whole attempt, including reading the stream (`ClientTimeout.total`).
+- first_byte: for streams, from sending until the headers *and* the first body line arrived
+  (the engine's queue and the prompt's prefill);
+- idle:       for streams, the longest silence between two lines after that. A stream is never
+              bounded by its length: a generation of many minutes runs to its end while lines
+              keep coming (keep-alive comments count), and one whose engine goes silent ends;
+- total:      a call answered in one body (`post_json`: embeddings, token counts), whole.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ class Upstream:
         self.backend = backend
         self.timeouts = timeouts
         self._headers = {"Content-Type": "application/json", **(headers or {})}
-        self._client_timeout = aiohttp.ClientTimeout(
+        self._client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect)
+        self._body_timeout = aiohttp.ClientTimeout(
             total=timeouts.total, sock_connect=timeouts.connect
         )
         self._session: aiohttp.ClientSession | None = None
@@ -87,7 +90,9 @@ class Upstream:
         """POST a JSON body and return the decoded JSON object; raise on any failure."""
         stage = f"calling {path}"
         try:
-            async with self.session().post(self.root + path, data=orjson.dumps(body)) as resp:
+            async with self.session().post(
+                self.root + path, data=orjson.dumps(body), timeout=self._body_timeout
+            ) as resp:
                 status = resp.status
                 raw = await resp.read()
         except CLIENT_FAILURES as exc:
@@ -187,10 +192,17 @@ class UpstreamStream:
             self._first = None
             return first
         assert self._resp is not None
+        up = self._up
+        silence = asyncio.timeout(up.timeouts.idle)
         try:
-            return await self._resp.content.readline(max_line_length=MAX_LINE)
+            async with silence:
+                return await self._resp.content.readline(max_line_length=MAX_LINE)
         except CLIENT_FAILURES as exc:
-            raise error_from_exception(exc, self._up.backend, "reading the stream") from exc
+            if silence.expired():
+                raise UpstreamTimeout(
+                    f"{up.backend}: the stream went silent for {up.timeouts.idle:g} s", up.backend
+                ) from exc
+            raise error_from_exception(exc, up.backend, "reading the stream") from exc
 
     async def next_sse_data(self) -> bytes | None:
         """The data of the next server-sent event, or None at the end of the body.

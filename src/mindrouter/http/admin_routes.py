@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from mindrouter.backends.base import Engine
+from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS, date_problem, text_problem
 from mindrouter.errors import Forbidden, InvalidRequest, MindRouterError
 from mindrouter.http.errors import error_response, request_id_of
 from mindrouter.identity.authenticate import Authenticator
@@ -43,99 +44,124 @@ from mindrouter.stores.sql.bundle import SqlStores
 Capability = Literal["chat", "vision", "embedding", "rerank", "tools", "thinking"]
 
 
+def _storable_text(value: str) -> str:
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _storable_date(value: datetime) -> datetime:
+    problem = date_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# Every string and date the API stores passes the checks the YAML loader applies too.
+Text = Annotated[str, AfterValidator(_storable_text)]
+Date = Annotated[datetime, AfterValidator(_storable_date)]
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class GroupIn(_Body):
-    name: str = Field(min_length=1, max_length=100)
-    scheduler_weight: float = Field(1.0, gt=0)
-    token_budget: int = Field(0, ge=0, description="tokens per period; 0 = unlimited")
-    rpm: int = Field(0, ge=0, description="requests per minute; 0 = unlimited")
-    max_concurrent: int = Field(0, ge=0, description="requests in flight; 0 = unlimited")
-    budget_period_days: int = Field(30, ge=1)
+    name: Text = Field(min_length=1, max_length=100)
+    scheduler_weight: float = Field(1.0, gt=0, allow_inf_nan=False)
+    token_budget: int = Field(0, ge=0, le=INT8_MAX, description="tokens per period; 0 = unlimited")
+    rpm: int = Field(0, ge=0, le=INT4_MAX, description="requests per minute; 0 = unlimited")
+    max_concurrent: int = Field(
+        0, ge=0, le=INT4_MAX, description="requests in flight; 0 = unlimited"
+    )
+    budget_period_days: int = Field(30, ge=1, le=MAX_EXPIRES_DAYS)
 
 
 class Overrides(_Body):
     """Per-user limits; null (or absent) inherits the group's value."""
 
-    scheduler_weight: float | None = Field(None, gt=0)
-    token_budget: int | None = Field(None, ge=0)
-    rpm: int | None = Field(None, ge=0)
-    max_concurrent: int | None = Field(None, ge=0)
-    budget_period_days: int | None = Field(None, ge=1)
+    scheduler_weight: float | None = Field(None, gt=0, allow_inf_nan=False)
+    token_budget: int | None = Field(None, ge=0, le=INT8_MAX)
+    rpm: int | None = Field(None, ge=0, le=INT4_MAX)
+    max_concurrent: int | None = Field(None, ge=0, le=INT4_MAX)
+    budget_period_days: int | None = Field(None, ge=1, le=MAX_EXPIRES_DAYS)
 
 
 class GroupPatch(Overrides):
     """Only the fields sent change; a group's limits cannot be null."""
 
-    name: str | None = Field(None, min_length=1, max_length=100)
+    name: Text | None = Field(None, min_length=1, max_length=100)
 
 
 class UserIn(Overrides):
-    name: str = Field(min_length=1, max_length=100)
-    group: str
+    name: Text = Field(min_length=1, max_length=100)
+    group: Text = Field(max_length=100)
     active: bool = True
 
 
 class UserPatch(Overrides):
     """Only the fields sent change; a limit sent as null goes back to the group's value."""
 
-    name: str | None = Field(None, min_length=1, max_length=100)
-    group: str | None = None
+    name: Text | None = Field(None, min_length=1, max_length=100)
+    group: Text | None = Field(None, max_length=100)
     active: bool | None = None
 
 
 class KeyIn(_Body):
-    user: str
+    user: Text = Field(max_length=100)
     admin: bool = False
-    name: str | None = Field(None, max_length=100)
-    expires_days: int | None = Field(None, ge=1, description="valid for this many days")
-    expires_at: datetime | None = None
+    name: Text | None = Field(None, max_length=100)
+    expires_days: int | None = Field(
+        None, ge=1, le=MAX_EXPIRES_DAYS, description="valid for this many days"
+    )
+    expires_at: Date | None = None
 
 
 class KeyExpiry(_Body):
-    expires_at: datetime | None = Field(description="null: the key never expires")
+    expires_at: Date | None = Field(description="null: the key never expires")
 
 
 class ServedModel(_Body):
-    name: str
-    upstream: str | None = None
+    name: Text = Field(min_length=1, max_length=200)
+    upstream: Text | None = Field(None, max_length=200)
 
 
 class BackendIn(_Body):
-    name: str = Field(min_length=1, max_length=100)
+    name: Text = Field(min_length=1, max_length=100)
     engine: Engine
-    url: str = Field(pattern=r"^https?://", max_length=500)
-    gpu: str | None = Field(None, max_length=50)
-    max_concurrent: int = Field(8, ge=1)
-    priority: int = 0
+    url: Text = Field(pattern=r"^https?://", max_length=500)
+    gpu: Text | None = Field(None, max_length=50)
+    max_concurrent: int = Field(8, ge=1, le=INT4_MAX)
+    priority: int = Field(0, ge=-INT4_MAX, le=INT4_MAX)
     enabled: bool = True
     models: list[ServedModel] | None = None
 
 
 class BackendPatch(_Body):
     engine: Engine | None = None
-    url: str | None = Field(None, pattern=r"^https?://", max_length=500)
-    gpu: str | None = Field(None, max_length=50)
-    max_concurrent: int | None = Field(None, ge=1)
-    priority: int | None = None
+    url: Text | None = Field(None, pattern=r"^https?://", max_length=500)
+    gpu: Text | None = Field(None, max_length=50)
+    max_concurrent: int | None = Field(None, ge=1, le=INT4_MAX)
+    priority: int | None = Field(None, ge=-INT4_MAX, le=INT4_MAX)
     enabled: bool | None = None
     models: list[ServedModel] | None = None
 
 
 class ModelIn(_Body):
-    name: str = Field(min_length=1, max_length=200)
-    context_length: int = Field(8192, ge=1)
+    name: Text = Field(min_length=1, max_length=200)
+    context_length: int = Field(8192, ge=1, le=INT4_MAX)
     capabilities: list[Capability] = Field(default_factory=lambda: list[Capability](["chat"]))
-    aliases: list[str] = Field(default_factory=list)
+    aliases: list[Annotated[Text, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list
+    )
     enabled: bool = True
 
 
 class ModelPatch(_Body):
-    context_length: int | None = Field(None, ge=1)
+    context_length: int | None = Field(None, ge=1, le=INT4_MAX)
     capabilities: list[Capability] | None = None
-    aliases: list[str] | None = None
+    aliases: list[Annotated[Text, Field(min_length=1, max_length=200)]] | None = None
     enabled: bool | None = None
 
 
@@ -160,24 +186,11 @@ def _served(models: list[ServedModel] | None) -> list[BackendModelRow] | None:
     return [BackendModelRow(m.name, m.upstream or m.name) for m in models]
 
 
-class _AdminRoute(APIRoute):
-    """Turns gateway and validation errors into OpenAI-shaped error responses."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def guarded(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except MindRouterError as exc:
-                return error_response(exc, "openai", request_id_of(request))
-            except RequestValidationError as exc:
-                first = exc.errors()[0] if exc.errors() else {}
-                where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-                err = InvalidRequest(f"{where}: {first.get('msg', 'invalid value')}", where)
-                return error_response(err, "openai", request_id_of(request))
-
-        return guarded
+def _validation_message(exc: RequestValidationError) -> InvalidRequest:
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    message = str(first.get("msg", "invalid value")).removeprefix("Value error, ")
+    return InvalidRequest(f"{where}: {message}", where)
 
 
 def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
@@ -187,16 +200,33 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
             raise Forbidden("this endpoint needs an admin API key")
         return principal
 
+    class AdminRoute(APIRoute):
+        """Checks the admin key on the headers before the body is read (FastAPI would read and
+        parse the body before any dependency ran), and turns gateway and validation errors into
+        OpenAI-shaped error responses."""
+
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def guarded(request: Request) -> Response:
+                try:
+                    await require_admin(request)
+                    # Read here, where a refusal (413, 408) is still ours to shape; FastAPI then
+                    # finds the body already read.
+                    await request.body()
+                    return await handler(request)
+                except MindRouterError as exc:
+                    return error_response(exc, "openai", request_id_of(request))
+                except RequestValidationError as exc:
+                    err = _validation_message(exc)
+                    return error_response(err, "openai", request_id_of(request))
+
+            return guarded
+
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": ErrorBody} for code in (400, 401, 403, 404)
     }
-    router = APIRouter(
-        prefix="/admin",
-        tags=["admin"],
-        route_class=_AdminRoute,
-        dependencies=[Depends(require_admin)],
-        responses=errors,
-    )
+    router = APIRouter(prefix="/admin", tags=["admin"], route_class=AdminRoute, responses=errors)
     directory, keys, catalog = stores.directory, stores.keys, stores.catalog
 
     def changed() -> None:
@@ -328,8 +358,8 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
         key: str | None = Query(None, description="a key id or its mr2_ prefix"),
         model: str | None = None,
         status: AuditStatus | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
+        since: Date | None = None,
+        until: Date | None = None,
         limit: int = Query(100, ge=1, le=1000),
     ) -> list[AuditEntry]:
         where = AuditFilter(user, key, model, status, _utc(since), _utc(until), limit)

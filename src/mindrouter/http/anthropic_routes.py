@@ -1,18 +1,49 @@
-"""Anthropic-format entry points under /anthropic: messages, count_tokens, models."""
+"""Anthropic-format entry points: messages, count_tokens, models.
+
+Each is served under `/anthropic/v1/...` and, since most guides point `ANTHROPIC_BASE_URL` at a
+gateway's root, at `/v1/messages` and `/v1/messages/count_tokens` too (one handler for both).
+The root `GET /v1/models` belongs to the OpenAI dialect, which hands a caller that sends an
+`anthropic-version` header to `models` here. Query strings (Claude Code adds `?beta=true`) and
+the `anthropic-beta` header change nothing: the gateway serves one feature set.
+
+What a request carried that the gateway accepts but cannot honour is logged at debug level with
+the request id (`anthropic fields dropped`), field by field.
+"""
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from mindrouter.dialects import anthropic as dialect
+from mindrouter.dialects.anthropic.fields import Dropped
 from mindrouter.http.common import json_response, new_context, read_json, stream_response
+from mindrouter.observability.logging import log
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.settings import Settings
 from mindrouter.tokens import estimate_chat_input
+
+
+def _log_dropped(dropped: Dropped) -> None:
+    if dropped.paths:
+        log.debug("anthropic fields dropped", fields=dropped.paths)
+
+
+def anthropic_models_handler(gateway: Gateway) -> Callable[[Request], Awaitable[Response]]:
+    """`GET /v1/models` in Anthropic's shape, for the routes of both prefixes."""
+
+    async def models(request: Request) -> Response:
+        ctx = new_context(request, "anthropic")
+        await gateway.authenticate(ctx, request.headers)
+        ids = [name for spec in gateway.catalog.models() for name in (spec.name, *spec.aliases)]
+        created = datetime.datetime.fromtimestamp(ctx.created, datetime.UTC).isoformat()
+        return json_response(dialect.encode_model_list(ids, created_at=created), ctx)
+
+    return models
 
 
 def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
@@ -23,7 +54,9 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
         ctx = new_context(request, "anthropic")
         await gateway.authenticate(ctx, request.headers)
         body = await read_json(request, limit)
-        req = dialect.decode_messages_request(body, signing_key=key)
+        dropped = Dropped()
+        req = dialect.decode_messages_request(body, signing_key=key, dropped=dropped)
+        _log_dropped(dropped)
         message_id = "msg_" + ctx.request_id.removeprefix("chatcmpl-")
         headers = {"request-id": ctx.request_id}
         if req.stream:
@@ -54,19 +87,19 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
         ctx = new_context(request, "anthropic")
         await gateway.authenticate(ctx, request.headers)
         body = await read_json(request, limit)
-        req = dialect.decode_count_tokens_request(body, signing_key=key)
+        dropped = Dropped()
+        req = dialect.decode_count_tokens_request(body, signing_key=key, dropped=dropped)
+        _log_dropped(dropped)
         count = await gateway.count_tokens(ctx, req)
         return json_response(dialect.encode_count_tokens_response(count), ctx)
 
-    async def models(request: Request) -> Response:
-        ctx = new_context(request, "anthropic")
-        await gateway.authenticate(ctx, request.headers)
-        ids = [name for spec in gateway.catalog.models() for name in (spec.name, *spec.aliases)]
-        created = datetime.datetime.fromtimestamp(ctx.created, datetime.UTC).isoformat()
-        return json_response(dialect.encode_model_list(ids, created_at=created), ctx)
-
-    return [
-        Route("/anthropic/v1/messages", messages, methods=["POST"]),
-        Route("/anthropic/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-        Route("/anthropic/v1/models", models, methods=["GET"]),
+    routes: list[BaseRoute] = [
+        Route(prefix + path, handler, methods=["POST"])
+        for prefix in ("/anthropic", "")
+        for path, handler in (
+            ("/v1/messages", messages),
+            ("/v1/messages/count_tokens", count_tokens),
+        )
     ]
+    routes.append(Route("/anthropic/v1/models", anthropic_models_handler(gateway), methods=["GET"]))
+    return routes

@@ -1,8 +1,15 @@
-"""What every dialect's routes share: body parsing, request context, JSON and stream responses."""
+"""What every dialect's routes share: body parsing, request context, JSON and stream responses.
+
+By the time a route runs, the edge middleware (`http/edge.py`) has checked the key on the headers
+and bounds the body it may read (size and idle time); `read_json` adds the checks on the
+decoded value, so every route that reads its body this way gets all of them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+import asyncio
+import ipaddress
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 import orjson
@@ -10,7 +17,7 @@ import structlog
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from mindrouter.canonical import StreamEvent
+from mindrouter.canonical import Done, StreamEvent, StreamFailed
 from mindrouter.errors import InvalidRequest, PayloadTooLarge
 from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
 
@@ -40,35 +47,116 @@ def new_context(request: Request, dialect: Dialect) -> RequestContext:
     return ctx
 
 
+class TrustedProxies:
+    """Addresses and CIDR ranges (`10.0.0.0/8`, `fd00::/8`) of reverse proxies we believe."""
+
+    def __init__(self, entries: Iterable[str]) -> None:
+        self._networks = [ipaddress.ip_network(e.strip(), strict=False) for e in entries]
+
+    def __bool__(self) -> bool:
+        return bool(self._networks)
+
+    def __contains__(self, address: object) -> bool:
+        if not self._networks or not isinstance(address, str):
+            return False
+        try:
+            ip = ipaddress.ip_address(address.strip())
+        except ValueError:
+            return False
+        return any(ip in net for net in self._networks)
+
+
+NO_PROXIES = TrustedProxies(())
+
+
 def client_ip(request: Request) -> str | None:
+    peer = request.client.host if request.client else None
+    trusted: TrustedProxies = getattr(request.app.state, "trusted_proxies", NO_PROXIES)
+    return client_address(peer, request.headers.get("x-forwarded-for"), trusted)
+
+
+def client_address(peer: str | None, forwarded: str | None, trusted: TrustedProxies) -> str | None:
     """The caller's address. X-Forwarded-For is believed only when the peer is a configured
     proxy, and then only up to the first address that is not one of ours."""
-    peer = request.client.host if request.client else None
-    trusted: frozenset[str] = getattr(request.app.state, "trusted_proxies", frozenset())
-    if peer is None or peer not in trusted:
-        return peer
-    forwarded = request.headers.get("x-forwarded-for")
-    if not forwarded:
+    if peer is None or not forwarded or peer not in trusted:
         return peer
     for hop in reversed([h.strip() for h in forwarded.split(",") if h.strip()]):
         if hop not in trusted:
-            return hop
+            # Only a well-formed address is recorded: the header is free text.
+            try:
+                return str(ipaddress.ip_address(hop))
+            except ValueError:
+                return peer
     return peer
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes")
-    body = await request.body()
-    if len(body) > limit:
-        raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes")
+# Nesting deeper than this is refused at the edge. Later stages serialise the body again (the
+# token estimate, the request to the backend) with orjson, whose limit is 254 levels; the
+# canonical form and the backends' wire formats add a few levels of their own on the way.
+MAX_JSON_DEPTH = 64
+# Bodies larger than this are decoded and checked on a worker thread, so that one large body
+# does not hold up every other request on the event loop while it is parsed.
+OFF_LOOP_BYTES = 1024 * 1024
+
+
+def _path(parts: list[str | int]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out
+
+
+def check_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
+    """Raises InvalidRequest naming the first place where `value` nests deeper than `limit`."""
+    stack: list[tuple[Any, int, tuple[Any, ...]]] = [(value, 1, ())]
+    while stack:
+        node, depth, where = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    parts = [*_flatten(where), key]
+                    shown = _path(parts)
+                    if len(shown) > 120:
+                        shown = shown[:120] + "…"
+                    raise InvalidRequest(
+                        f"the request body nests deeper than {limit} levels (at {shown})",
+                        param=str(parts[0]) if parts else None,
+                    )
+                stack.append((child, depth + 1, (where, key)))
+
+
+def _flatten(where: tuple[Any, ...]) -> list[str | int]:
+    # `where` is a linked list (parent, key), built without copying a path per container.
+    keys: list[str | int] = []
+    while where:
+        where, key = where
+        keys.append(key)
+    keys.reverse()
+    return keys
+
+
+def decode_json(body: bytes) -> Any:
     if not body:
         raise InvalidRequest("the request body is empty; expected a JSON object")
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    if isinstance(value, dict | list):
+        check_depth(value)
+    return value
+
+
+async def read_json(request: Request, limit: int | None = None) -> Any:
+    """The body, decoded and checked. Its size and arrival are bounded by the edge middleware
+    (`limit` is kept for the routes' signatures: the edge applies the same setting)."""
+    body = await request.body()
+    if limit is not None and len(body) > limit:
+        raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes")
+    if len(body) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(decode_json, body)
+    return decode_json(body)
 
 
 def json_response(body: Any, ctx: RequestContext, status: int = 200) -> Response:
@@ -80,8 +168,13 @@ def json_response(body: Any, ctx: RequestContext, status: int = 200) -> Response
     )
 
 
+EndHook = Callable[[], Awaitable[None]]
+
+
 async def _encode_stream(
-    encoder: StreamEncoder, events: AsyncGenerator[StreamEvent, None]
+    encoder: StreamEncoder,
+    events: AsyncGenerator[StreamEvent, None],
+    before_end: EndHook | None,
 ) -> AsyncIterator[bytes]:
     try:
         head = encoder.start()
@@ -89,6 +182,10 @@ async def _encode_stream(
             yield head
         async for event in events:
             out = encoder.encode(event)
+            if before_end is not None and isinstance(event, Done | StreamFailed):
+                # What must be in place before the client reads the ending (a stored response
+                # that its next request may name) is done before the ending is written.
+                await before_end()
             if out:
                 yield out
     finally:
@@ -100,6 +197,8 @@ def stream_response(
     events: AsyncGenerator[StreamEvent, None],
     ctx: RequestContext,
     extra_headers: dict[str, str] | None = None,
+    *,
+    before_end: EndHook | None = None,
 ) -> StreamingResponse:
     headers = {
         "x-request-id": ctx.request_id,
@@ -110,5 +209,7 @@ def stream_response(
     if extra_headers:
         headers.update(extra_headers)
     return StreamingResponse(
-        _encode_stream(encoder, events), media_type=encoder.content_type, headers=headers
+        _encode_stream(encoder, events, before_end),
+        media_type=encoder.content_type,
+        headers=headers,
     )

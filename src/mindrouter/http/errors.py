@@ -26,6 +26,7 @@ STATUS_BY_KIND: dict[str, int] = {
     "not_found": 404,
     "model_not_found": 404,
     "too_large": 413,
+    "request_timeout": 408,
     "rate_limited": 429,
     "overloaded": 503,
     "upstream_failure": 502,
@@ -43,7 +44,8 @@ def status_for(error: MindRouterError, dialect: Dialect) -> int:
 
 
 def dialect_for_path(path: str) -> Dialect:
-    if path.startswith("/anthropic/"):
+    """The dialect of an error found before a route took the request (no such endpoint, …)."""
+    if path.startswith(("/anthropic/", "/v1/messages")):
         return "anthropic"
     if path.startswith("/api/"):
         return "ollama"

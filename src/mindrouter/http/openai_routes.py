@@ -8,6 +8,7 @@ from starlette.routing import BaseRoute, Route
 
 from mindrouter.dialects import openai as dialect
 from mindrouter.errors import ModelNotFound
+from mindrouter.http.anthropic_routes import anthropic_models_handler
 from mindrouter.http.common import json_response, new_context, read_json, stream_response
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.settings import Settings
@@ -77,7 +78,13 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
             ctx,
         )
 
+    anthropic_models = anthropic_models_handler(gateway)
+
     async def list_models(request: Request) -> Response:
+        # Anthropic clients pointed at the root (Claude Code, the anthropic SDK) ask here too;
+        # they always send their version header, which no OpenAI client does.
+        if "anthropic-version" in request.headers:
+            return await anthropic_models(request)
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
         ids = [name for spec in gateway.catalog.models() for name in (spec.name, *spec.aliases)]

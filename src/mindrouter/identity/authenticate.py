@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
-from mindrouter.errors import Unauthenticated
+from mindrouter.errors import RateLimited, Unauthenticated
+from mindrouter.identity.attempts import FailedAttempts
 from mindrouter.identity.key_cache import CachedPrincipal, KeyCache
 from mindrouter.identity.keys import (
     INVALID,
@@ -54,6 +55,7 @@ class Authenticator:
         poll_interval: float = 0.5,
         max_staleness: float = 1.0,
         touch_interval: float = 30.0,
+        failures_per_minute: int = 0,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -72,23 +74,47 @@ class Authenticator:
         self._uses: dict[int, float] = {}
         self._inflight: dict[str, asyncio.Task[Principal]] = {}
         self._poller: asyncio.Task[None] | None = None
+        self._failures = FailedAttempts(failures_per_minute, monotonic)
 
     # -- the request path ----------------------------------------------------------------------
 
-    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
-        """The principal for the request's key; raises Unauthenticated saying why in general."""
+    async def authenticate(
+        self, headers: Mapping[str, str], source: str | None = None
+    ) -> Principal:
+        """The principal for the request's key; raises Unauthenticated saying why in general.
+
+        `source` is the client's address: failures are counted against it and against the key's
+        prefix, and past `failures_per_minute` further attempts get RateLimited. Only well-formed
+        keys count (only they cost a lookup), and a key this process has verified before is
+        never held up by the counts."""
         key = key_from_headers(headers)
         digest = hashlib.sha256(key.encode()).hexdigest()
         now = self._monotonic()
         entry = self._cache.get(digest, now) if now <= self._fresh_until else None
         if entry is None:
-            return await self._resolve_once(key, key_prefix(key), digest)
+            return await self._resolve_checked(key, digest, source)
         wall = self._clock()
         if entry.expires_ts is not None and wall >= entry.expires_ts:
             self._cache.discard(digest)
             raise Unauthenticated(EXPIRED)
         self._uses[entry.principal.key_id] = wall
         return entry.principal
+
+    async def _resolve_checked(self, key: str, digest: str, source: str | None) -> Principal:
+        if self._cache.knows(digest):
+            return await self._resolve_once(key, key_prefix(key), digest)
+        prefix = key_prefix(key)
+        names = [f"prefix:{prefix}", *([f"ip:{source}"] if source else [])]
+        wait = self._failures.retry_after(names)
+        if wait is not None:
+            raise RateLimited("too many failed API key attempts; retry later", retry_after=wait)
+        try:
+            return await self._resolve_once(key, prefix, digest)
+        except Unauthenticated as exc:
+            # A revoked or expired key is one its holder knew; only wrong secrets are guesses.
+            if exc.message == INVALID:
+                self._failures.failed(names)
+            raise
 
     def invalidate(self) -> None:
         """Forget every cached principal now (this process only; others follow the epoch)."""

@@ -68,6 +68,10 @@ class KeyCache:
         known = self._verified.get(digest)
         return known is not None and hmac.compare_digest(known, secret_hash)
 
+    def knows(self, digest: str) -> bool:
+        """Whether this digest matched its stored hash before (its owner holds the real key)."""
+        return digest in self._verified
+
     def remember_verified(self, digest: str, secret_hash: str) -> None:
         self._verified[digest] = secret_hash
         self._verified.move_to_end(digest)

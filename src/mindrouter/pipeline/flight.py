@@ -24,12 +24,14 @@ from mindrouter.canonical import (
     CompletionRequest,
     EmbeddingRequest,
     ImagePart,
+    StreamEvent,
     Usage,
 )
 from mindrouter.errors import MindRouterError, Overloaded
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.services import Services
+from mindrouter.pipeline.tally import Tally
 from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.routing.catalog import BackendState, ModelSpec, required_features
 from mindrouter.scheduling import Job
@@ -50,6 +52,12 @@ DEFAULT_OUTPUT_ESTIMATE = 512
 # Clean-up tasks are kept referenced until they finish: cancellation of the request must not
 # let them be garbage-collected half way.
 _CLOSING: set[asyncio.Task[None]] = set()
+
+
+async def wait_for_closing() -> None:
+    """Waits for the clean-ups under way (at shutdown, before the stores close)."""
+    if _CLOSING:
+        await asyncio.gather(*list(_CLOSING), return_exceptions=True)
 
 
 # Above this many characters of text, counting the input's tokens (about 12 ms per 100 KB here)
@@ -145,6 +153,7 @@ class Flight:
         self.job: Job | None = None
         self.backend: BackendState | None = None
         self.queued_ms: float | None = None
+        self.tally = Tally()  # of the current attempt
         self._closed = False
 
     # -- stages 4 to 6 --------------------------------------------------------------------------
@@ -158,6 +167,8 @@ class Flight:
         self.ticket = await s.limits.admit(
             limit_key(p.user_id), limits, self.est_input + self.est_output, s.wall()
         )
+        if s.leases is not None:
+            s.leases.hold(self.ticket)
         try:
             start = AuditStart(
                 user_id=p.user_id,
@@ -204,7 +215,7 @@ class Flight:
 
     async def _refused(self, exc: BaseException) -> None:
         status: Status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
-        await self.close(status, None, None, exc if isinstance(exc, MindRouterError) else None)
+        await self.close(status, exc if isinstance(exc, MindRouterError) else None)
 
     async def _schedule(self, ready: asyncio.Future[None]) -> None:
         s = self.s
@@ -234,11 +245,20 @@ class Flight:
     def _has_capacity(self, model: str, requires: frozenset[str]) -> bool:
         return self.s.catalog.has_room(model, requires, self.s.clock())
 
+    @property
+    def deadline(self) -> float:
+        """When the request's capacity wait (`capacity_wait_s` from entering the queue) ends:
+        until then it may also wait for a backend to come back after it was admitted."""
+        start = self.job.enqueued_at if self.job is not None else self.s.clock()
+        return start + self.s.capacity_wait
+
     # -- backend slots --------------------------------------------------------------------------
 
     def take(self, backend: BackendState) -> None:
-        """Hold a slot on `backend` (giving back the one held before, on a retry)."""
+        """Hold a slot on `backend` (giving back the one held before, on a retry); a new
+        attempt starts a new tally."""
         self.drop()
+        self.tally = Tally()
         backend.in_flight += 1
         self.backend = backend
         self.ctx.backend = backend.name
@@ -256,7 +276,9 @@ class Flight:
                 if model != self.spec.name:
                     self.s.gate.release(model)
 
-    def charge_output(self, tokens: int) -> None:
+    def see(self, event: StreamEvent) -> None:
+        """An event of the current attempt: tallied, and its output charged to the fair queue."""
+        tokens = self.tally.see(event)
         if self.job is not None and tokens > 0:
             self.s.gate.queue.charge(self.job, tokens)
 
@@ -265,17 +287,25 @@ class Flight:
     async def close(
         self,
         status: Status,
-        usage: Usage | None,
-        output: str | None,
-        error: MindRouterError | None,
-    ) -> None:
+        error: MindRouterError | None = None,
+        usage: Usage | None = None,
+        output: str | None = None,
+    ) -> Usage | None:
+        """`usage` and `output` default to what the last attempt produced (partial when it broke
+        off or the client left); returns the usage charged."""
         if self._closed:
-            return
+            return None
         self._closed = True
+        tally = self.tally
+        if usage is None:
+            usage = tally.used(self.est_input)
+        if output is None and (tally.produced or tally.usage is not None):
+            output = tally.text
         task = asyncio.ensure_future(self._close(status, usage, output, error))
         _CLOSING.add(task)
         task.add_done_callback(_CLOSING.discard)
         await asyncio.shield(task)
+        return usage
 
     async def _close(
         self,
@@ -322,6 +352,8 @@ class Flight:
             )
         # 4. and 5. The quota counters, then the durable usage rows.
         if self.ticket is not None:
+            if s.leases is not None:
+                s.leases.release(self.ticket)
             try:
                 await s.limits.settle(self.ticket, used, s.wall())
             except Exception as exc:

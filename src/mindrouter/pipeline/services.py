@@ -10,6 +10,7 @@ from typing import Protocol
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.identity.principal import Principal
 from mindrouter.observability.metrics import Metrics
+from mindrouter.pipeline.leases import LeaseKeeper
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.catalog import BackendState, Catalog
 from mindrouter.routing.select import DEFAULT_WEIGHTS, ScoreWeights
@@ -59,5 +60,7 @@ class Services:
     capacity_wait: float = 150.0
     breakers: SharedBreakers | None = None
     slots: SharedSlots | None = None
+    leases: LeaseKeeper | None = None  # renews the limit leases of requests in flight
+    draining: Callable[[], bool] = field(default=lambda: False)  # shutting down: end streams
     clock: Callable[[], float] = field(default=time.monotonic)
     wall: Callable[[], float] = field(default=time.time)

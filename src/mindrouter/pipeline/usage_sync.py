@@ -13,6 +13,7 @@ import contextlib
 from datetime import UTC, datetime
 from typing import Protocol
 
+from mindrouter.errors import NotFound
 from mindrouter.observability.logging import log
 from mindrouter.stores.limits import LimitStore
 from mindrouter.stores.records import UsageCounters
@@ -80,6 +81,11 @@ class UsageSync:
                     datetime.fromtimestamp(charged_at, UTC),
                     datetime.fromtimestamp(start, UTC),
                 )
+            except NotFound:
+                # The user was deleted (their usage row with them): there is nothing left to
+                # charge, and retrying would fail, and log, every round until a restart.
+                self._seeded.discard(user_id)
+                log.warning("usage of a deleted user dropped", user_id=user_id, tokens=tokens)
             except Exception as exc:
                 # Keep the tokens for the next round rather than lose them.
                 entry = self._pending.setdefault((user_id, start), [0, charged_at])

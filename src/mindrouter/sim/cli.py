@@ -127,6 +127,13 @@ def add_sim_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="close streams abruptly after N chunks",
     )
+    faults.add_argument(
+        "--stall-after",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="stop streams after N chunks and keep the connection open, silent",
+    )
     faults.add_argument("--seed", type=int, default=0, help="seed of the fault dice")
     parser.add_argument(
         "--reasoning-field",
@@ -152,6 +159,7 @@ def sim_config_from_args(ns: argparse.Namespace) -> SimConfig:
         fail_status=ns.fail_status,
         hang_rate=ns.hang_rate,
         drop_after=ns.drop_after,
+        stall_after=ns.stall_after,
         seed=ns.seed,
         reasoning_field=ns.reasoning_field,
     )

@@ -59,6 +59,7 @@ class SimConfig:
     fail_status: int = 500
     hang_rate: float = 0.0
     drop_after: int | None = None
+    stall_after: int | None = None
     seed: int = 0
     reasoning_field: str = "reasoning"
 

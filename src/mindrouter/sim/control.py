@@ -22,6 +22,7 @@ CONTROLS: dict[str, tuple[tuple[type, ...], bool]] = {
     "fail_status": ((int,), False),
     "hang_rate": ((int, float), False),
     "drop_after": ((int,), True),
+    "stall_after": ((int,), True),
     "tokens_per_second": ((int, float), False),
     "ttft_ms": ((int, float), False),
     "default_tokens": ((int,), False),

@@ -184,17 +184,17 @@ class GenerationResponse:
             await asyncio.sleep(config.ttft_ms / 1000)
         first_token_at = time.monotonic()
         limit = config.drop_after if job.stream else None
+        stall = config.stall_after if job.stream else None
         sent = 0
 
         async def emit(chunks: list[bytes]) -> bool:
             nonlocal sent
+            if stall is not None and sent + len(chunks) > stall:
+                # Silence with the connection open, until the client gives up on it.
+                await send_cut(chunks, stall - sent, "stall")
+                await asyncio.get_running_loop().create_future()
             if limit is not None and sent + len(chunks) > limit:
-                chunks = chunks[: max(0, limit - sent)]
-                if chunks:
-                    await send(
-                        {"type": "http.response.body", "body": b"".join(chunks), "more_body": True}
-                    )
-                record.fault = "drop"
+                await send_cut(chunks, limit - sent, "drop")
                 return False
             sent += len(chunks)
             if chunks:
@@ -202,6 +202,14 @@ class GenerationResponse:
                     {"type": "http.response.body", "body": b"".join(chunks), "more_body": True}
                 )
             return True
+
+        async def send_cut(chunks: list[bytes], keep: int, fault: str) -> None:
+            kept = chunks[: max(0, keep)]
+            if kept:
+                await send(
+                    {"type": "http.response.body", "body": b"".join(kept), "more_body": True}
+                )
+            record.fault = fault
 
         if job.stream:
             if not job.headers_early:

@@ -51,9 +51,11 @@ def valid() -> dict[str, Any]:
     }
 
 
-def with_(path: str, value: object) -> dict[str, Any]:
-    """The valid body with the value at a dotted path replaced (or removed, for DELETE)."""
+def with_(path: str, value: object, **top: Any) -> dict[str, Any]:
+    """The valid body with the value at a dotted path replaced (or removed, for DELETE), and
+    the top-level fields in `top` set."""
     body = valid()
+    body.update(copy.deepcopy(top))
     keys: list[Any] = [int(k) if k.isdigit() else k for k in path.split(".")]
     target: Any = body
     for key in keys[:-1]:
@@ -80,7 +82,17 @@ CASES: list[tuple[object, str | None, str]] = [
     (with_("max_tokens", True), "max_tokens", "integer"),
     (with_("messages", []), "messages", "at least one"),
     (with_("messages", {"role": "user"}), "messages", "array"),
-    (with_("messages.0.role", "system"), "messages.0.role", "'user', 'assistant'"),
+    (with_("messages.0.role", "developer"), "messages.0.role", "'user', 'assistant', 'system'"),
+    (
+        with_("messages.0", {"role": "system", "content": [{"type": "image"}]}),
+        "messages.0.content.0.type",
+        "only text blocks",
+    ),
+    (
+        with_("messages.0", {"role": "system", "content": "x", "clear_at": "later"}),
+        "messages.0.clear_at",
+        "'never'",
+    ),
     (with_("messages.0.content", DELETE), "messages.0.content", "required"),
     (with_("messages.0.content", []), "messages.0.content", "at least one"),
     (with_("messages.0.content", 5), "messages.0.content", "string or an array"),
@@ -88,9 +100,27 @@ CASES: list[tuple[object, str | None, str]] = [
     (with_("messages.1.content.0", "text"), "messages.1.content.0", "object"),
     (
         with_("messages.0.content", [{"type": "document", "source": {}}]),
-        "messages.0.content.0.type",
-        "not supported",
+        "messages.0.content.0.source.type",
+        "required",
     ),
+    (
+        with_("messages.0.content", [{"type": "document", "source": {"type": "pdf"}}]),
+        "messages.0.content.0.source.type",
+        "'base64'",
+    ),
+    (
+        with_("messages.0.content", [{"type": "text", "text": "x", "cache_control": "on"}]),
+        "messages.0.content.0.cache_control",
+        "object",
+    ),
+    (
+        with_("messages.0.content", [{"type": "text", "text": "x", "cache_control": {}}]),
+        "messages.0.content.0.cache_control.type",
+        "required",
+    ),
+    (with_("context_management", []), "context_management", "object"),
+    (with_("service_tier", 1), "service_tier", "string"),
+    (with_("mcp_servers", {}), "mcp_servers", "array"),
     (
         with_("messages.0.content", [{"type": "tool_use", "id": "x", "name": "f", "input": {}}]),
         "messages.0.content.0.type",
@@ -110,7 +140,7 @@ CASES: list[tuple[object, str | None, str]] = [
     (
         with_("messages.2.content.0.content", [{"type": "tool_use"}]),
         "messages.2.content.0.content.0.type",
-        "text and image",
+        "text, image",
     ),
     (with_(f"{IMG}.source.media_type", "image/tiff"), f"{IMG}.source.media_type", "image/png"),
     (with_(f"{IMG}.source.data", "data:image/png;base64,AAAA"), f"{IMG}.source.data", "base64"),
@@ -132,10 +162,15 @@ CASES: list[tuple[object, str | None, str]] = [
     (with_("tools.0.name", ""), "tools.0.name", "empty"),
     (with_("tools", [TOOL, TOOL]), "tools.1.name", "unique"),
     (
-        with_("tools", [{"type": "web_search_20250305", "name": "web_search"}]),
-        "tools.0.type",
-        "server tools are not supported",
+        with_(
+            "tool_choice",
+            {"type": "tool", "name": "web_search"},
+            tools=[TOOL, {"type": "web_search_20250305", "name": "web_search"}],
+        ),
+        "tool_choice.name",
+        "server tool",
     ),
+    (with_("tools.0.defer_loading", "yes"), "tools.0.defer_loading", "boolean"),
     (with_("tool_choice", {"type": "sometimes"}), "tool_choice.type", "'auto'"),
     (with_("tool_choice", {"type": "tool"}), "tool_choice.name", "required"),
     (with_("tool_choice", {"type": "tool", "name": "g"}), "tool_choice.name", "no tool named"),
@@ -184,8 +219,10 @@ def test_huge_numbers_are_reported_not_crashed_on() -> None:
         decode_messages_request(with_("temperature", 10**5000), signing_key=KEY)
     body = with_("max_tokens", 10**5000)
     body["thinking"]["budget_tokens"] = 10**5001
-    with pytest.raises(InvalidRequest, match=r"thinking\.budget_tokens"):
+    with pytest.raises(InvalidRequest, match=r"max_tokens: is out of range"):
         decode_messages_request(body, signing_key=KEY)
+    with pytest.raises(InvalidRequest, match=r"max_tokens: is out of range"):
+        decode_messages_request(with_("max_tokens", 1e30), signing_key=KEY)
 
 
 def test_tool_input_beyond_64_bit_integers_still_serialises() -> None:

@@ -102,6 +102,28 @@ BAD_CHAT: list[tuple[object, str | None, str]] = [
         with_message(
             {
                 "role": "user",
+                "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,"}}],
+            }
+        ),
+        "messages[1].content[0].image_url.url",
+        "empty or not valid base64",
+    ),
+    (
+        with_message(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,%%not!!"}}
+                ],
+            }
+        ),
+        "messages[1].content[0].image_url.url",
+        "empty or not valid base64",
+    ),
+    (
+        with_message(
+            {
+                "role": "user",
                 "content": [
                     {"type": "image_url", "image_url": {"url": "https://x/y.png", "detail": "max"}}
                 ],

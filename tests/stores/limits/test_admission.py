@@ -131,3 +131,26 @@ async def test_invalid_arguments_are_rejected(store: LimitStore) -> None:
         Limits(budget_period_days=0)
     with pytest.raises(ValueError):
         await store.admit("alice", Limits(), -1, T0)
+
+
+async def test_renewed_leases_stay_held_and_unrenewed_ones_lapse(new_store: StoreFactory) -> None:
+    """A live process renews its leases; a killed one stops, and its slots come back one lease
+    length after its last renewal, however long its requests would have run."""
+    store = new_store(lease_seconds=20)
+    limits = Limits(max_concurrent=2, token_budget=1000)
+    live = await store.admit("alice", limits, 100, T0)
+    dead = await store.admit("alice", limits, 200, T0)
+    for step in range(1, 6):  # only `live` is renewed, every 5 s, for 25 s
+        await store.renew([live], T0 + 5 * step)
+    with pytest.raises(RateLimited) as refused:  # before its lease ran out, `dead` held its slot
+        await store.admit("alice", limits, 0, T0 + 19)
+    assert refused.value.limit == "concurrency"
+    snap = await store.snapshot("alice", limits, T0 + 26)
+    assert (snap.in_flight, snap.reserved_tokens) == (1, 100)  # `dead` lapsed at T0 + 20
+    second = await store.admit("alice", limits, 0, T0 + 26)
+    with pytest.raises(RateLimited):  # `live` still holds its slot, 26 s after admission
+        await store.admit("alice", limits, 0, T0 + 27)
+    # A lease that lapsed is not brought back by a renewal.
+    await store.renew([dead, live, second], T0 + 28)
+    snap = await store.snapshot("alice", limits, T0 + 28)
+    assert (snap.in_flight, snap.reserved_tokens) == (2, 100)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from redis.asyncio import Redis
@@ -63,6 +63,10 @@ class FlakyStore:
     async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
         self._check()
         await self.inner.settle(ticket, used_tokens, now)
+
+    async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
+        self._check()
+        await self.inner.renew(tickets, now)
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
         self._check()
@@ -157,3 +161,20 @@ async def test_a_healthy_redis_is_used(redis_server: RedisServer) -> None:
     await store.settle(ticket, 3, T0 + 1)
     assert [s.lifetime_tokens for s in await store.dirty()] == [3]
     await store.close()
+
+
+async def test_renewals_go_where_the_leases_are_and_survive_an_outage() -> None:
+    primary = FlakyStore()
+    store = ResilientLimitStore(
+        primary, RedisUnavailablePolicy.FAIL_OPEN_LOCAL, on_degraded=lambda _: None
+    )
+    limits = Limits(max_concurrent=2)
+    shared = await store.admit("alice", limits, 1, T0)
+    primary.down = True
+    local = await store.admit("alice", limits, 1, T0 + 1)  # answered locally
+    await store.renew([shared, local], T0 + 2)  # the primary is down: not raised
+    primary.down = False
+    await store.renew([shared, local], T0 + 15)
+    await store.renew([shared, local], T0 + 30)
+    snap = await primary.inner.snapshot("alice", limits, T0 + 40)
+    assert snap.in_flight == 1  # renewed in the primary past its first 20 s

@@ -1,9 +1,11 @@
 """Content blocks of a Messages request, one at a time, into canonical parts.
 
-A block decodes to a canonical `TextPart`, `ImagePart` or `ToolCall`, or to one of the two small
-records below for what needs its whole turn to place (tool results, replayed thinking). Which
-blocks may appear in which role follows the Messages API: tool results and images come from the
-user, tool calls and thinking from the assistant.
+A block decodes to canonical `TextPart`s, `ImagePart`s or a `ToolCall`, or to one of the two
+small records below for what needs its whole turn to place (tool results, replayed thinking).
+Which blocks may appear in which role follows the Messages API: tool results, images and
+documents come from the user, tool calls and thinking from the assistant. Blocks the API accepts
+but no backend here can use are dropped (see `DROPPED_BLOCKS`); a block type the API does not
+know is an error.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import orjson
 
 from mindrouter.canonical import ImagePart, Part, TextPart, ToolCall
 from mindrouter.dialects.anthropic.fields import (
+    Dropped,
     as_bool,
     as_choice,
     as_list,
     as_object,
     as_str,
     block_type,
+    check_cache_control,
     child,
     invalid,
     required,
@@ -32,8 +36,31 @@ from mindrouter.dialects.anthropic.fields import (
 
 IMAGE_MEDIA_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 
-_USER_BLOCKS = frozenset({"text", "image", "tool_result"})
-_ASSISTANT_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
+_USER_BLOCKS = frozenset({"text", "image", "tool_result", "document", "search_result"})
+_ASSISTANT_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking", "compaction"})
+# Blocks the Messages API accepts that carry nothing an engine behind this gateway can use: the
+# traces of Anthropic's server tools (web search, code execution, MCP, …), opaque records only
+# Anthropic can read, and mid-conversation tool changes (every tool stays offered throughout).
+# They are left out, in either role, and reported as dropped.
+DROPPED_BLOCKS = frozenset(
+    {
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_fetch_tool_result",
+        "advisor_tool_result",
+        "code_execution_tool_result",
+        "bash_code_execution_tool_result",
+        "text_editor_code_execution_tool_result",
+        "tool_search_tool_result",
+        "mcp_tool_use",
+        "mcp_tool_result",
+        "mcp_tool_listing",
+        "container_upload",
+        "fallback",
+        "tool_addition",
+        "tool_removal",
+    }
+)
 
 
 @dataclass(slots=True)
@@ -54,13 +81,17 @@ class Thinking:
 Block = TextPart | ImagePart | ToolCall | ToolResult | Thinking
 
 
-def decode_block(value: object, path: str, role: Literal["user", "assistant"]) -> Block | None:
-    """One content block; None for blocks that carry nothing a backend can use."""
+def decode_block(
+    value: object, path: str, role: Literal["user", "assistant"], dropped: Dropped
+) -> list[Block]:
+    """One content block, as the blocks it becomes (none for what no backend can use)."""
     block = as_object(value, path)
     kind = block_type(block, path)
     type_path = child(path, "type")
-    if kind == "document":
-        raise invalid(type_path, "document blocks are not supported by this gateway")
+    check_cache_control(block, path)
+    if kind in DROPPED_BLOCKS:
+        dropped.add(path)
+        return []
     allowed = _USER_BLOCKS if role == "user" else _ASSISTANT_BLOCKS
     if kind not in allowed:
         if kind in _USER_BLOCKS or kind in _ASSISTANT_BLOCKS:
@@ -68,21 +99,108 @@ def decode_block(value: object, path: str, role: Literal["user", "assistant"]) -
             raise invalid(type_path, f"{kind} blocks are only allowed in {other} messages")
         raise invalid(type_path, f"unknown content block type {kind!r}")
     if kind == "text":
-        return decode_text(block, path)
+        return [decode_text(block, path)]
     if kind == "image":
-        return decode_image(block, path)
+        return [decode_image(block, path)]
+    if kind == "document":
+        return list(decode_document(block, path, dropped))
+    if kind == "search_result":
+        return list(decode_search_result(block, path))
     if kind == "tool_result":
-        return _decode_tool_result(block, path)
+        return [_decode_tool_result(block, path, dropped)]
     if kind == "tool_use":
-        return _decode_tool_use(block, path)
+        return [_decode_tool_use(block, path)]
     if kind == "thinking":
         text = as_str(required(block, "thinking", path), child(path, "thinking"))
         signature = block.get("signature")
         if signature is not None:
             as_str(signature, child(path, "signature"))
-        return Thinking(text, signature)
+        return [Thinking(text, signature)]
+    if kind == "compaction":
+        # The summary of the turns a client compacted away: plain context for the model.
+        content = block.get("content")
+        if content is None:
+            dropped.add(path)
+            return []
+        return [TextPart(as_str(content, child(path, "content")))]
     # redacted_thinking: opaque data only its issuer can read; there is nothing to replay.
-    return None
+    dropped.add(path)
+    return []
+
+
+def decode_system_block(value: object, path: str, dropped: Dropped) -> TextPart | None:
+    """A block of a `role: "system"` message: text, or a tool change (dropped)."""
+    block = as_object(value, path)
+    kind = block_type(block, path)
+    check_cache_control(block, path)
+    if kind in ("tool_addition", "tool_removal"):
+        dropped.add(path)
+        return None
+    if kind != "text":
+        raise invalid(
+            child(path, "type"), f"system messages may hold only text blocks, got {kind!r}"
+        )
+    return decode_text(block, path)
+
+
+def decode_document(block: dict[str, Any], path: str, dropped: Dropped) -> list[Part]:
+    """A document whose text can be read is that text; a PDF or a file reference is dropped
+    (no backend here reads PDFs)."""
+    source_path = child(path, "source")
+    source = as_object(required(block, "source", path), source_path)
+    kind = as_str(required(source, "type", source_path), child(source_path, "type"))
+    if kind == "text":
+        text = as_str(required(source, "data", source_path), child(source_path, "data"))
+        title = block.get("title")
+        if title is not None:
+            text = f"{as_str(title, child(path, 'title'))}\n\n{text}"
+        return [TextPart(text)]
+    if kind == "content":
+        content = required(source, "content", source_path)
+        content_path = child(source_path, "content")
+        if isinstance(content, str):
+            return [TextPart(content)]
+        parts: list[Part] = []
+        for i, item in enumerate(as_list(content, content_path)):
+            parts.extend(_inner_part(item, child(content_path, i), dropped))
+        return parts
+    as_choice(kind, child(source_path, "type"), ("text", "content", "base64", "url", "file"))
+    dropped.add(path)
+    return []
+
+
+def decode_search_result(block: dict[str, Any], path: str) -> list[Part]:
+    """A search result the client supplies: its title, source and text, as text."""
+    title = as_str(required(block, "title", path), child(path, "title"))
+    source = as_str(required(block, "source", path), child(path, "source"))
+    content_path = child(path, "content")
+    texts = [
+        decode_text(as_object(item, child(content_path, i)), child(content_path, i)).text
+        for i, item in enumerate(as_list(required(block, "content", path), content_path))
+    ]
+    return [TextPart("\n".join([f"{title} ({source})", *texts]))]
+
+
+def _inner_part(value: object, path: str, dropped: Dropped) -> list[Part]:
+    """A block inside a tool result or a content document."""
+    inner = as_object(value, path)
+    kind = block_type(inner, path)
+    check_cache_control(inner, path)
+    if kind == "text":
+        return [decode_text(inner, path)]
+    if kind == "image":
+        return [decode_image(inner, path)]
+    if kind == "document":
+        return decode_document(inner, path, dropped)
+    if kind == "search_result":
+        return decode_search_result(inner, path)
+    if kind in ("tool_reference", "browser_state"):
+        dropped.add(path)
+        return []
+    raise invalid(
+        child(path, "type"),
+        f"expected a text, image, document or search_result block, got {kind!r}",
+    )
 
 
 def decode_text(block: dict[str, Any], path: str) -> TextPart:
@@ -115,7 +233,7 @@ def decode_image(block: dict[str, Any], path: str) -> ImagePart:
     return ImagePart(data=data, media_type=media_type)
 
 
-def _decode_tool_result(block: dict[str, Any], path: str) -> ToolResult:
+def _decode_tool_result(block: dict[str, Any], path: str, dropped: Dropped) -> ToolResult:
     tool_use_id = as_str(required(block, "tool_use_id", path), child(path, "tool_use_id"))
     is_error = block.get("is_error")
     result = ToolResult(
@@ -131,18 +249,7 @@ def _decode_tool_result(block: dict[str, Any], path: str) -> ToolResult:
         result.content.append(TextPart(content))
         return result
     for i, item in enumerate(as_list(content, content_path)):
-        item_path = child(content_path, i)
-        inner = as_object(item, item_path)
-        kind = block_type(inner, item_path)
-        if kind == "text":
-            result.content.append(decode_text(inner, item_path))
-        elif kind == "image":
-            result.content.append(decode_image(inner, item_path))
-        else:
-            raise invalid(
-                child(item_path, "type"),
-                f"tool_result content may hold only text and image blocks, got {kind!r}",
-            )
+        result.content.extend(_inner_part(item, child(content_path, i), dropped))
     return result
 
 

@@ -1,9 +1,12 @@
 """Messages and count_tokens request bodies, validated and turned into canonical requests.
 
-Validation is strict where a mistake would otherwise surface later as a confusing backend error
-(wrong types, out-of-range values, unsupported blocks), and every failure is an `InvalidRequest`
-whose `param` names the field. Top-level fields with no meaning here (`service_tier`,
-`container`, `mcp_servers`, …) are ignored: newer clients send them routinely (PROTOCOLS §2.2).
+The rule for what a client sends: a field the Messages API accepts is never refused. What this
+gateway cannot honour (context management, Anthropic's containers and MCP servers, per-turn
+tool changes, …) is checked for its type and then left out, its path added to the `Dropped`
+record the caller passes in, so that the route can log it. A known field with a wrong type or
+value is an `InvalidRequest` whose `param` names it, like any other mistake. Fields the API does
+not know at all are ignored (and reported as dropped too): clients add new ones faster than any
+gateway follows.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Any
 
 from mindrouter.canonical import ChatRequest, ResponseFormat, Sampling
 from mindrouter.dialects.anthropic.fields import (
+    Dropped,
     as_bool,
     as_choice,
     as_int,
@@ -19,33 +23,81 @@ from mindrouter.dialects.anthropic.fields import (
     as_number,
     as_object,
     as_str,
+    check_cache_control,
     child,
+    invalid,
     required,
 )
 from mindrouter.dialects.anthropic.messages import decode_messages, decode_system
 from mindrouter.dialects.anthropic.thinking import decode_effort, decode_reasoning
 from mindrouter.dialects.anthropic.tools import decode_tool_choice, decode_tools
+from mindrouter.dialects.fields import kind_of
 from mindrouter.errors import InvalidRequest
 
+# Top-level fields the gateway reads.
+_DECODED = frozenset(
+    {
+        "model",
+        "max_tokens",
+        "messages",
+        "system",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stream",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "output_config",
+        "metadata",
+        "cache_control",
+    }
+)
+# Top-level fields the API accepts that nothing here can act on: the JSON kinds each may be.
+_ACCEPTED: dict[str, tuple[type, ...]] = {
+    "service_tier": (str,),
+    "speed": (str,),
+    "inference_geo": (str,),
+    "container": (dict, str),
+    "mcp_servers": (list,),
+    "context_management": (dict,),
+    "compaction": (dict,),
+    "diagnostics": (dict,),
+    "billing_policy": (dict,),
+    "fallback_credit_token": (dict, str),
+    "fallbacks": (list, str),
+    "thread": (dict,),
+    "betas": (list,),
+    "user_profile_id": (str,),
+    "workspace_id": (str,),
+}
+_KIND_NAMES: dict[type, str] = {str: "a string", dict: "an object", list: "an array"}
 
-def decode_messages_request(body: object, *, signing_key: bytes) -> ChatRequest:
+
+def decode_messages_request(
+    body: object, *, signing_key: bytes, dropped: Dropped | None = None
+) -> ChatRequest:
     """A `POST /v1/messages` body. Raises InvalidRequest(message, param).
 
     `signing_key` is the key the gateway signs thinking blocks with. Replayed thinking is
     accepted whatever its signature (see `messages`), so decoding does not need it today; it is
-    taken so that tightening that policy would not change any caller.
+    taken so that tightening that policy would not change any caller. `dropped` gathers what
+    was accepted but left out.
     """
     del signing_key
-    return _decode(body, count_only=False)
+    return _decode(body, count_only=False, dropped=dropped or Dropped())
 
 
-def decode_count_tokens_request(body: object, *, signing_key: bytes) -> ChatRequest:
+def decode_count_tokens_request(
+    body: object, *, signing_key: bytes, dropped: Dropped | None = None
+) -> ChatRequest:
     """A `POST /v1/messages/count_tokens` body: like messages, but `max_tokens` is optional."""
     del signing_key
-    return _decode(body, count_only=True)
+    return _decode(body, count_only=True, dropped=dropped or Dropped())
 
 
-def _decode(body: object, *, count_only: bool) -> ChatRequest:
+def _decode(body: object, *, count_only: bool, dropped: Dropped) -> ChatRequest:
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.", param=None)
     obj: dict[str, Any] = body
@@ -55,11 +107,13 @@ def _decode(body: object, *, count_only: bool) -> ChatRequest:
         max_tokens = None if raw_max is None else as_int(raw_max, "max_tokens", minimum=1)
     else:
         max_tokens = as_int(required(obj, "max_tokens", ""), "max_tokens", minimum=1)
+    _check_accepted(obj, dropped)
+    check_cache_control(obj, "")
     system = decode_system(obj.get("system"))
-    messages = decode_messages(required(obj, "messages", ""))
-    tools = decode_tools(obj.get("tools"))
+    messages = decode_messages(required(obj, "messages", ""), dropped)
+    tools = decode_tools(obj.get("tools"), dropped)
     tool_choice = decode_tool_choice(obj.get("tool_choice"), tools)
-    output_config = _output_config(obj.get("output_config"))
+    output_config = _output_config(obj.get("output_config"), dropped)
     reasoning = decode_reasoning(
         obj.get("thinking"), effort=decode_effort(output_config), max_tokens=max_tokens
     )
@@ -70,11 +124,22 @@ def _decode(body: object, *, count_only: bool) -> ChatRequest:
         sampling=_sampling(obj, max_tokens),
         response_format=_response_format(output_config),
         reasoning=reasoning,
-        tools=tools,
+        tools=tools.tools,
         tool_choice=tool_choice,
         stream=False if stream is None or count_only else as_bool(stream, "stream"),
         user=_user(obj.get("metadata")),
     )
+
+
+def _check_accepted(obj: dict[str, Any], dropped: Dropped) -> None:
+    for key, value in obj.items():
+        if key in _DECODED or value is None:
+            continue
+        kinds = _ACCEPTED.get(key)
+        if kinds is not None and not isinstance(value, kinds):
+            expected = " or ".join(_KIND_NAMES[k] for k in kinds)
+            raise invalid(key, f"expected {expected}, got {kind_of(value)}")
+        dropped.add(key)
 
 
 def _sampling(obj: dict[str, Any], max_tokens: int | None) -> Sampling:
@@ -95,8 +160,15 @@ def _sampling(obj: dict[str, Any], max_tokens: int | None) -> Sampling:
     return sampling
 
 
-def _output_config(value: object) -> dict[str, Any] | None:
-    return None if value is None else as_object(value, "output_config")
+def _output_config(value: object, dropped: Dropped) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    config = as_object(value, "output_config")
+    # A task budget steers how Anthropic paces a long agent run; there is nothing to map it to.
+    if config.get("task_budget") is not None:
+        as_object(config["task_budget"], "output_config.task_budget")
+        dropped.add("output_config.task_budget")
+    return config
 
 
 def _response_format(output_config: dict[str, Any] | None) -> ResponseFormat | None:

@@ -22,6 +22,7 @@ ERROR_TYPES: dict[str, str] = {
     "not_found": "not_found_error",
     "model_not_found": "not_found_error",
     "too_large": "request_too_large",
+    "request_timeout": "timeout_error",
     "rate_limited": "rate_limit_error",
     "overloaded": "overloaded_error",
     "upstream_failure": "api_error",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from typing import Any
 
 from mindrouter.dialects.fields import kind_of as describe
@@ -76,6 +77,9 @@ def as_int(value: object, path: str, *, minimum: int | None = None) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise wrong_type(path, "an integer", value)
+    if not -(2**63) <= value < 2**63:
+        # 1e30 is integral as a float but fits no integer field of any backend.
+        raise invalid(path, f"is out of range for a 64-bit integer, got {shown(value)}")
     if minimum is not None and value < minimum:
         raise invalid(path, f"must be at least {minimum}, got {shown(value)}")
     return value
@@ -103,3 +107,31 @@ def as_choice(value: object, path: str, choices: Collection[str]) -> str:
 def block_type(block: dict[str, Any], path: str) -> str:
     """A content block's `type`, required on every block."""
     return as_str(required(block, "type", path), child(path, "type"))
+
+
+@dataclass(slots=True)
+class Dropped:
+    """Where a request held something the Messages API accepts but this gateway cannot honour.
+
+    Such fields and blocks are checked like any other (a wrong type is still an error), then left
+    out of the canonical request; the caller logs the paths gathered here.
+    """
+
+    paths: list[str] = field(default_factory=list)
+
+    def add(self, path: str) -> None:
+        self.paths.append(path)
+
+
+def check_cache_control(block: dict[str, Any], path: str) -> None:
+    """`cache_control`, allowed on every block and tool: checked, and otherwise ignored (the
+    engines cache prompt prefixes on their own)."""
+    value = block.get("cache_control")
+    if value is None:
+        return
+    cache_path = child(path, "cache_control")
+    config = as_object(value, cache_path)
+    as_choice(required(config, "type", cache_path), child(cache_path, "type"), ("ephemeral",))
+    ttl = config.get("ttl")
+    if ttl is not None:
+        as_choice(ttl, child(cache_path, "ttl"), ("5m", "1h"))

@@ -8,6 +8,10 @@ Anthropic and the canonical form cut a conversation differently:
   the assistant's calls directly. The tool's name, which Anthropic leaves out of the result, is
   looked up from the assistant's earlier `tool_use` block with the same id.
 - Replayed `thinking` blocks become the assistant message's `reasoning`.
+- A `role: "system"` entry inside `messages` (current Claude Code sends environment notes and
+  reminders that way) stays where it is, as a canonical system message: the API applies it from
+  that point on. Each backend adapter renders it the way its engine accepts. It also ends a run
+  of same-role turns, so the user turns on either side of it stay apart.
 
 Thinking signatures are read but not enforced. A client may legitimately replay thinking that
 another gateway instance (with another key) or another provider produced, and the text only goes
@@ -20,20 +24,30 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from mindrouter.canonical import ImagePart, Message, Part, TextPart, ToolCall
-from mindrouter.dialects.anthropic.blocks import Block, Thinking, ToolResult, decode_block
+from mindrouter.dialects.anthropic.blocks import (
+    Block,
+    Thinking,
+    ToolResult,
+    decode_block,
+    decode_system_block,
+)
 from mindrouter.dialects.anthropic.fields import (
+    Dropped,
     as_choice,
     as_list,
     as_object,
     as_str,
     block_type,
+    check_cache_control,
     child,
     invalid,
     required,
     wrong_type,
 )
 
-_Turn = tuple[Literal["user", "assistant"], list[Block]]
+TurnRole = Literal["user", "assistant", "system"]
+_Turn = tuple[TurnRole, list[Block]]
+_ROLES: tuple[TurnRole, ...] = ("user", "assistant", "system")
 
 # Thinking blocks of one turn are separate spans of thought (a tool call may sit between them);
 # a blank line keeps them apart when replayed as one text.
@@ -53,24 +67,32 @@ def decode_system(value: object) -> Message | None:
         kind = block_type(block, path)
         if kind != "text":
             raise invalid(child(path, "type"), f"system blocks must be text blocks, got {kind!r}")
+        check_cache_control(block, path)
         parts.append(TextPart(as_str(required(block, "text", path), child(path, "text"))))
     return Message(role="system", content=parts) if parts else None
 
 
-def decode_messages(value: object) -> list[Message]:
-    return _to_canonical(_read_turns(value))
+def decode_messages(value: object, dropped: Dropped) -> list[Message]:
+    return _to_canonical(_read_turns(value, dropped))
 
 
-def _read_turns(value: object) -> list[_Turn]:
+def _read_turns(value: object, dropped: Dropped) -> list[_Turn]:
     turns: list[_Turn] = []
     for i, item in enumerate(as_list(value, "messages", non_empty=True)):
         path = child("messages", i)
         message = as_object(item, path)
-        role_value = as_choice(
-            required(message, "role", path), child(path, "role"), ("user", "assistant")
-        )
-        role: Literal["user", "assistant"] = "user" if role_value == "user" else "assistant"
-        blocks = _read_content(required(message, "content", path), child(path, "content"), role)
+        role_value = as_choice(required(message, "role", path), child(path, "role"), _ROLES)
+        role = next(r for r in _ROLES if r == role_value)
+        content_path = child(path, "content")
+        if role == "system":
+            _system_extras(message, path, dropped)
+            # A system message may carry only output_config; content is then absent.
+            content = message.get("content")
+            blocks = [] if content is None else _read_system(content, content_path, dropped)
+            if blocks:
+                turns.append((role, blocks))
+            continue
+        blocks = _read_content(required(message, "content", path), content_path, role, dropped)
         if turns and turns[-1][0] == role:
             turns[-1][1].extend(blocks)
         else:
@@ -78,7 +100,9 @@ def _read_turns(value: object) -> list[_Turn]:
     return turns
 
 
-def _read_content(content: Any, path: str, role: Literal["user", "assistant"]) -> list[Block]:
+def _read_content(
+    content: Any, path: str, role: Literal["user", "assistant"], dropped: Dropped
+) -> list[Block]:
     if isinstance(content, str):
         return [TextPart(content)]
     if not isinstance(content, list):
@@ -87,17 +111,41 @@ def _read_content(content: Any, path: str, role: Literal["user", "assistant"]) -
         raise invalid(path, "must contain at least one content block")
     blocks: list[Block] = []
     for i, item in enumerate(content):
-        block = decode_block(item, child(path, i), role)
-        if block is not None:
-            blocks.append(block)
+        blocks.extend(decode_block(item, child(path, i), role, dropped))
     return blocks
+
+
+def _read_system(content: Any, path: str, dropped: Dropped) -> list[Block]:
+    if isinstance(content, str):
+        return [TextPart(content)] if content else []
+    blocks: list[Block] = []
+    for i, item in enumerate(as_list(content, path)):
+        part = decode_system_block(item, child(path, i), dropped)
+        if part is not None and part.text:
+            blocks.append(part)
+    return blocks
+
+
+def _system_extras(message: dict[str, Any], path: str, dropped: Dropped) -> None:
+    """`clear_at` and a per-turn `output_config`: checked, then dropped (see compatibility)."""
+    clear_at = message.get("clear_at")
+    if clear_at is not None:
+        as_choice(clear_at, child(path, "clear_at"), ("next_user_message", "never"))
+        dropped.add(child(path, "clear_at"))
+    config = message.get("output_config")
+    if config is not None:
+        as_object(config, child(path, "output_config"))
+        dropped.add(child(path, "output_config"))
 
 
 def _to_canonical(turns: list[_Turn]) -> list[Message]:
     tool_names: dict[str, str] = {}
     out: list[Message] = []
     for role, blocks in turns:
-        if role == "assistant":
+        if role == "system":
+            texts: list[Part] = [b for b in blocks if isinstance(b, TextPart)]
+            out.append(Message(role="system", content=texts))
+        elif role == "assistant":
             message = _assistant_message(blocks)
             tool_names.update((call.id, call.name) for call in message.tool_calls)
             out.append(message)

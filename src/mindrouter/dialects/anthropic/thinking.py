@@ -27,7 +27,7 @@ from mindrouter.dialects.anthropic.fields import (
 SIGNATURE_PREFIX = "gw1:"
 MIN_BUDGET_TOKENS = 1024
 THINKING_TYPES = ("enabled", "disabled", "adaptive", "between_tools")
-DISPLAY_MODES = ("summarized", "omitted")
+DISPLAY_MODES = ("summarized", "omitted", "updates")
 OUTPUT_EFFORTS: tuple[Effort, ...] = ("low", "medium", "high", "xhigh", "max")
 
 

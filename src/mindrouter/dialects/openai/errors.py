@@ -22,6 +22,7 @@ _SHAPES: dict[str, tuple[str, str | None]] = {
     "not_found": ("invalid_request_error", "not_found"),
     "model_not_found": ("invalid_request_error", "model_not_found"),
     "too_large": ("invalid_request_error", "request_too_large"),
+    "request_timeout": ("invalid_request_error", "request_timeout"),
     "rate_limited": ("rate_limit_error", "rate_limit_exceeded"),
     "overloaded": ("server_error", "overloaded"),
     "upstream_failure": ("server_error", "upstream_error"),

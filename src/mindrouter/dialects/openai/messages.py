@@ -8,6 +8,8 @@ deterministic and lets backends that need ids pair them up.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from mindrouter.canonical import ImagePart, Message, Part, Role, TextPart, ToolCall
@@ -203,18 +205,30 @@ def _image(part: JSONObject, at: str) -> ImagePart:
         raise invalid(spec_at, "is required")
     spec = as_object(value, spec_at)
     url = req_str(spec, "url", spec_at, non_empty=True)
-    detail = opt_str(spec, "detail", spec_at)
+    return image_part(url, opt_str(spec, "detail", spec_at), path(spec_at, "url"), spec_at)
+
+
+def image_part(url: str, detail: str | None, url_at: str, at: str) -> ImagePart:
+    """An image given by URL (http(s), or a base64 data: URL), checked; shared by the chat and
+    Responses endpoints, whose parts name the URL and the detail differently."""
     if detail is not None and detail not in _IMAGE_DETAILS:
-        raise invalid(path(spec_at, "detail"), f"must be auto, low or high; got {detail!r}")
+        raise invalid(path(at, "detail"), f"must be auto, low, high or original; got {detail!r}")
     media_type: str | None = None
     lowered = url[:8].lower()
     if lowered.startswith("data:"):
-        header, comma, _ = url.partition(",")
+        header, comma, payload = url.partition(",")
         media_type = header[5:].split(";", 1)[0].lower()
         if not comma or not header.endswith(";base64") or not media_type.startswith("image/"):
-            raise invalid(
-                path(spec_at, "url"), "a data URL must look like data:image/<type>;base64,<data>"
-            )
+            raise invalid(url_at, "a data URL must look like data:image/<type>;base64,<data>")
+        if not _is_base64(payload):
+            raise invalid(url_at, "the data URL's image is empty or not valid base64")
     elif not lowered.startswith(("http://", "https://")):
-        raise invalid(path(spec_at, "url"), "must be an http(s) URL or a data: URL")
+        raise invalid(url_at, "must be an http(s) URL or a data: URL")
     return ImagePart(url=url, media_type=media_type, detail=detail)
+
+
+def _is_base64(payload: str) -> bool:
+    try:
+        return bool(base64.b64decode(payload, validate=True))
+    except (binascii.Error, ValueError):
+        return False

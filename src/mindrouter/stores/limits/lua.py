@@ -5,7 +5,7 @@ name comes last, after a fixed kind, so no user name can collide with another us
 
     {prefix}limits:usage:{user}         hash   start, used, reserved, lifetime, at   (no TTL)
     {prefix}limits:window:{user}        zset   lease id -> admission time           (TTL ~2 min)
-    {prefix}limits:leases:{user}        zset   lease id -> lease expiry             (TTL ~lease)
+    {prefix}limits:leases:{user}        zset   lease id -> lease expiry (renewed)   (TTL ~lease)
     {prefix}limits:lease_tokens:{user}  hash   lease id -> reserved tokens          (TTL ~lease)
     {prefix}limits:dirty                set    users changed since the last dirty()
 
@@ -166,4 +166,23 @@ local state = redis.call('HMGET', KEYS[1], 'start', 'lifetime')
 if state[1] and (tonumber(state[2]) or 0) >= tonumber(ARGV[3]) then return 0 end
 redis.call('HSET', KEYS[1], 'start', ARGV[1], 'used', ARGV[2], 'lifetime', ARGV[3])
 return 1
+"""
+
+# KEYS: leases, lease_tokens   ARGV: now, new expiry, lease_ttl_ms, lease ids...
+# Only leases still held (not settled, not expired) are extended: XX never re-creates one.
+RENEW = """
+local now = tonumber(ARGV[1])
+local renewed = 0
+for i = 4, #ARGV do
+  local expires = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
+  if expires and expires > now then
+    redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[i])
+    renewed = renewed + 1
+  end
+end
+if renewed > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+end
+return renewed
 """

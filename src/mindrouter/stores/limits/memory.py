@@ -8,6 +8,7 @@ Correct for one process only; replicas share limits through RedisLimitStore.
 from __future__ import annotations
 
 from bisect import bisect_right, insort
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from uuid import uuid4
 
@@ -44,8 +45,9 @@ class _Usage:
 class MemoryLimitStore:
     """Exact limits for a single process.
 
-    Leases expire after `lease_seconds` like the Redis ones, so a ticket that a bug never settles
-    frees its slot and reservation eventually instead of blocking the user for good.
+    Leases expire `lease_seconds` after admission or their last renewal, like the Redis ones, so
+    a ticket that a bug never settles frees its slot and reservation instead of blocking the user
+    for good.
     """
 
     def __init__(self, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
@@ -116,6 +118,13 @@ class MemoryLimitStore:
         usage.lifetime += used_tokens
         usage.at = now
         self._dirty.add(ticket.user)
+
+    async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
+        for ticket in tickets:
+            usage = self._users.get(ticket.user)
+            lease = usage.leases.get(ticket.lease_id) if usage is not None else None
+            if lease is not None and lease.expires > now:
+                lease.expires = now + self._lease_seconds
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
         usage = self._users.get(user)

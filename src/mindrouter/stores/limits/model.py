@@ -22,8 +22,9 @@ DAY_SECONDS = 86_400.0
 WINDOW_SECONDS = 60.0
 # Nothing tells us when an in-flight request will finish; a second is a polite first retry.
 BUSY_RETRY_SECONDS = 1.0
-# Must outlive the longest request (capacity wait 150 s + 3 attempts x 180 s); see RedisLimitStore.
-DEFAULT_LEASE_SECONDS = 900.0
+# A lease is renewed by the process holding it (`renew`, every few seconds), so it need not
+# outlive the longest request: only bound how long a crashed process's slots stay held.
+DEFAULT_LEASE_SECONDS = 20.0
 
 Refusal = Literal["budget", "reserved", "rpm", "concurrency"]
 
@@ -89,6 +90,11 @@ class LimitStore(Protocol):
 
     async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
         """Releases the slot and reservation and charges the real usage to the current period."""
+        ...
+
+    async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
+        """Extends the leases of `tickets` (requests still in flight here) to `now` plus the
+        lease length. Leases already released or expired stay so."""
         ...
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot: ...

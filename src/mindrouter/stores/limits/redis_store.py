@@ -5,12 +5,11 @@ reserve is atomic on the server and a refused request reserves nothing. Scripts 
 server that lost its script cache (restart, SCRIPT FLUSH, failover) answers NOSCRIPT and the script
 is loaded and run again.
 
-Concurrency slots are leases that expire `lease_seconds` after admission (by the caller's clock)
-and are reaped inside the scripts, so a crashed process cannot hold a user's slots for ever. The
-trade-off: a request still running when its lease expires stops counting (its slot and its
-reservation are freed early, so the user may exceed the limits by one request per overdue one),
-while a crashed process keeps its slots busy for up to `lease_seconds`. The default (15 min)
-outlives the gateway's longest request (capacity wait plus three attempts).
+Concurrency slots and reserved tokens are leases that expire `lease_seconds` (default 20 s) after
+admission (by the caller's clock) unless renewed, and are reaped inside the scripts. The process
+holding them renews the leases of its requests in flight every few seconds (`renew`, driven by
+`pipeline/leases.py`), so a live request keeps its slot however long it runs, while the slots of a
+process that was killed are free again at most `lease_seconds` after its last renewal.
 
 Redis connection and timeout errors become `LimitStoreUnavailable` (an `Overloaded`) here, the one
 place they arise; `ResilientLimitStore` decides what to do about them. Give injected clients short
@@ -105,6 +104,7 @@ class RedisLimitStore:
         self._admit = _Script(lua.ADMIT)
         self._settle = _Script(lua.SETTLE)
         self._snapshot = _Script(lua.SNAPSHOT)
+        self._renew = _Script(lua.RENEW)
         self._seed = _Script(lua.SEED)
         self._unreported: set[str] = set()  # popped from `dirty` but not yet handed out
 
@@ -197,6 +197,18 @@ class RedisLimitStore:
         ]
         with _unavailable_on_redis_errors():
             await self._settle.run(self._client, [usage, leases, tokens, self._dirty_key], args)
+
+    async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
+        by_user: dict[str, list[str]] = {}
+        for ticket in tickets:
+            by_user.setdefault(ticket.user, []).append(ticket.lease_id)
+        if not by_user:
+            return
+        head: list[str | int] = [_num(now), _num(now + self._lease_seconds), self._lease_ttl_ms]
+        with _unavailable_on_redis_errors():
+            for user, ids in by_user.items():
+                _usage, _window, leases, tokens = self._user_keys(user)
+                await self._renew.run(self._client, [leases, tokens], [*head, *ids])
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
         args = [_num(now), _num(limits.period_seconds), _num(WINDOW_SECONDS)]

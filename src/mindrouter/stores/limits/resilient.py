@@ -17,7 +17,7 @@ interval rather than one per request.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
@@ -104,6 +104,18 @@ class ResilientLimitStore:
             else:
                 pending.tokens += used_tokens
                 pending.now = max(pending.now, now)
+
+    async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
+        local = [t for t in tickets if t.lease_id in self._local_leases]
+        await self._fallback.renew(local, now)
+        shared = [t for t in tickets if t.lease_id not in self._local_leases]
+        if shared and now >= self._down_until:
+            try:
+                await self._primary.renew(shared, now)
+            except LimitStoreUnavailable as exc:
+                # Not renewed, the leases lapse in Redis: the slots come back free, never stuck.
+                self._down_until = now + self._retry_after
+                self._on_degraded(f"renew: {exc.message}")
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
         return await self._either(

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, null, or_, select, update
+from sqlalchemy import ColumnElement, false, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from mindrouter.bounds import as_row_id
 from mindrouter.errors import InvalidRequest
 from mindrouter.identity.keys import KEY_SCHEME, is_display_prefix
 from mindrouter.stores.audit_records import AuditEntry, AuditFilter
@@ -19,6 +20,7 @@ from mindrouter.stores.sql.schema import audit_records, users
 from mindrouter.stores.sql.transactions import AnyRow, reading, utcnow, writing
 
 MAX_LIMIT = 1000
+PURGE_BATCH = 2000
 
 
 def _entry(row: AnyRow) -> AuditEntry:
@@ -53,8 +55,9 @@ def _entry(row: AnyRow) -> AuditEntry:
 
 
 def _key_clause(key: str) -> ColumnElement[bool]:
-    if key.isdigit():
-        return audit_records.c.key_id == int(key)
+    if key.isascii() and key.isdigit():
+        key_id = as_row_id(key)
+        return audit_records.c.key_id == key_id if key_id is not None else false()
     if is_display_prefix(key):
         return audit_records.c.key_prefix == key
     if key.startswith(KEY_SCHEME):
@@ -99,17 +102,33 @@ class SqlAuditLog:
             rows = await conn.execute(query.limit(where.limit))
             return [_entry(r) for r in rows]
 
-    async def purge_audit(self, older_than_days: int, *, now: datetime | None = None) -> int:
+    async def purge_audit(
+        self, older_than_days: int, *, now: datetime | None = None, batch: int = PURGE_BATCH
+    ) -> int:
         """Blanks messages and output of records created more than `older_than_days` ago;
-        returns how many records were purged."""
+        returns how many records were purged. One transaction per `batch` records, so a first
+        purge of a long history never holds the audit writer back for long."""
         if older_than_days < 0:
             raise InvalidRequest("older_than_days must not be negative")
         cutoff = (now or utcnow()) - timedelta(days=older_than_days)
         t = audit_records.c
-        async with writing(self.engine) as conn:
-            result = await conn.execute(
-                update(audit_records)
-                .where(t.created_at < cutoff, t.purged.is_(False))
-                .values(messages=null(), output=None, purged=True)
-            )
-            return int(result.rowcount)
+        purged = 0
+        while True:
+            async with writing(self.engine) as conn:
+                # Ids first: MariaDB refuses LIMIT inside an IN subquery.
+                ids = (
+                    await conn.scalars(
+                        select(t.id)
+                        .where(t.created_at < cutoff, t.purged.is_(False))
+                        .order_by(t.id)
+                        .limit(batch)
+                    )
+                ).all()
+                if not ids:
+                    return purged
+                await conn.execute(
+                    update(audit_records)
+                    .where(t.id.in_(ids))
+                    .values(messages=null(), output=None, purged=True)
+                )
+            purged += len(ids)

@@ -5,7 +5,9 @@
   the log but not fsynced, so it survives the gateway crashing (the audit record exists before
   any GPU work), and only a power loss or an OS crash can take the last commits back; a busy
   timeout, so a second process waits for the write lock instead of failing; foreign keys on
-  (SQLite has them off per connection by default). The file's directory is created if missing.
+  (SQLite has them off per connection by default). The file and its directory are created if
+  missing, readable by their owner only (SQLite gives its -wal and -shm files the database
+  file's mode): the file holds prompts, outputs and key hashes.
 - PostgreSQL (`postgresql+asyncpg://`) and MariaDB/MySQL (`mysql+asyncmy://`): a bounded pool
   that checks connections before use (replicas outlive database restarts and idle timeouts),
   unless `pre_ping=False` says the caller handles a dropped connection itself (the audit writer:
@@ -14,6 +16,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,11 +52,14 @@ def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def _ensure_sqlite_directory(url: URL) -> None:
+def _ensure_sqlite_file(url: URL) -> None:
     database = url.database
     if not database or database == ":memory:" or database.startswith("file:"):
         return
-    Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    path = Path(database).expanduser()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 def create_engine(
@@ -75,7 +82,7 @@ def create_engine(
     }
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        _ensure_sqlite_directory(parsed)
+        _ensure_sqlite_file(parsed)
     else:
         options.update(
             pool_size=pool.size,

@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, false, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql import Select
 
+from mindrouter.bounds import as_row_id
 from mindrouter.errors import InvalidRequest, NotFound
 from mindrouter.identity.keys import (
     KEY_SCHEME,
@@ -116,8 +117,10 @@ def _record(row: AnyRow) -> KeyRecord:
 def _where_ref(query: Select[Any], ref: str) -> Select[Any]:
     """Narrows a key query to `ref`: an id, a display prefix, or a full key."""
     ref = ref.strip()
-    if ref.isdigit():
-        return query.where(api_keys.c.id == int(ref))
+    if ref.isascii() and ref.isdigit():
+        key_id = as_row_id(ref)
+        # An id past the column's range names no key (and must not reach the database).
+        return query.where(api_keys.c.id == key_id if key_id is not None else false())
     if is_display_prefix(ref):
         return query.where(api_keys.c.prefix == ref[len(KEY_SCHEME) :])
     if ref.startswith(KEY_SCHEME):

@@ -167,6 +167,21 @@ usage = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
+# Responses kept for `previous_response_id` chains and `GET /v1/responses/{id}`, per owner.
+# `context` is every item the model saw before this response's own output (the chain's earlier
+# items and this request's input, instructions excepted), so a follow-up needs one read.
+stored_responses = Table(
+    "stored_responses",
+    metadata,
+    Column("id", token_type(40), primary_key=True),
+    Column("user_id", Integer, nullable=False, index=True),
+    Column("created_at", UtcDateTime, nullable=False, index=True),
+    Column("model", String(200), nullable=False),
+    Column("input_items", JSON, nullable=False),
+    Column("context", JSON, nullable=False),
+    Column("response", JSON, nullable=False),
+)
+
 # One row (id = 1). Bumped in the same transaction as any change that can invalidate a key
 # cached by a gateway process; every process polls it.
 auth_epoch = Table(

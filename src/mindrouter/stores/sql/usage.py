@@ -4,18 +4,20 @@ Periods are `budget_period_days` long (the user's override, else the group's) an
 the first charge: when one ends, the next starts at `start + k * period`, not at the moment of
 the next request, so a user cannot shift their window by pausing.
 
-Concurrent writers (workers, replicas) are safe without locks: the update is conditional on the
-period start read before it (compare-and-set), an increment is done by the database
-(`tokens = tokens + n`), and a lost race is retried. The lifetime total only ever grows; nothing
-here, nor audit retention, resets it.
+Concurrent writers (workers, replicas) are safe: the usage row is read with a row lock before
+its period is checked, and the increment is done by the database (`tokens = tokens + n`). The
+gateway charges usage in the same transaction that completes an audit record
+(`charge_usage`), so the tokens of a record are counted exactly once, by whichever process
+completes it. The lifetime total only ever grows; nothing here, nor audit retention, resets it.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Insert, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from mindrouter.errors import InternalError, InvalidRequest, NotFound
@@ -68,6 +70,77 @@ async def _state(conn: AsyncConnection, user_id: int) -> AnyRow:
     return row
 
 
+async def charge_usage(
+    conn: AsyncConnection,
+    user_id: int,
+    tokens: int,
+    now: datetime,
+    first_start: datetime | None = None,
+) -> bool:
+    """Adds `tokens` to the user's usage inside the caller's transaction (so that a charge and
+    what it is for commit together). False when the user no longer exists.
+
+    The usage row is read with a row lock (PostgreSQL, MariaDB), so the period check and the
+    update cannot interleave with another writer's; on SQLite the update is conditional on the
+    period start read (compare-and-set) and read again if another writer moved it.
+    """
+    days = (await conn.execute(_DAYS.where(users.c.id == user_id))).scalar()
+    if days is None:
+        return False
+    locked = select(usage.c.period_start).where(usage.c.user_id == user_id).with_for_update()
+    row = (await conn.execute(locked)).first()
+    if row is None:
+        start = first_start if first_start is not None and first_start <= now else now
+        created = await conn.execute(
+            _insert_if_missing(conn.dialect.name).values(
+                user_id=user_id,
+                period_start=start,
+                period_tokens=tokens,
+                lifetime_tokens=tokens,
+                updated_at=utcnow(),
+            )
+        )
+        if created.rowcount == 1:
+            return True
+        row = (await conn.execute(locked)).first()  # another writer created it just now
+        assert row is not None
+    for _ in range(MAX_ATTEMPTS):
+        start = current_period_start(row.period_start, days, now)
+        new_period = usage.c.period_tokens + tokens if start == row.period_start else tokens
+        done = await conn.execute(
+            update(usage)
+            .where(usage.c.user_id == user_id, usage.c.period_start == row.period_start)
+            .values(
+                period_start=start,
+                period_tokens=new_period,
+                lifetime_tokens=usage.c.lifetime_tokens + tokens,
+                updated_at=utcnow(),
+            )
+        )
+        if done.rowcount == 1:
+            return True
+        # SQLite took no lock when reading: another writer moved the period meanwhile. This
+        # transaction now holds the write lock, so the next read is current.
+        row = (await conn.execute(locked)).first()
+        assert row is not None
+    raise InternalError("usage counters are too contended to update; try again")
+
+
+_DAYS = (
+    select(func.coalesce(users.c.budget_period_days, groups.c.budget_period_days))
+    .select_from(users)
+    .join(groups, users.c.group_id == groups.c.id)
+)
+
+
+def _insert_if_missing(dialect: str) -> Insert:
+    if dialect == "postgresql":
+        return pg_insert(usage).on_conflict_do_nothing(index_elements=[usage.c.user_id])
+    if dialect in ("mysql", "mariadb"):
+        return insert(usage).prefix_with("IGNORE")
+    return insert(usage).prefix_with("OR IGNORE")
+
+
 class SqlUsageStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -87,52 +160,21 @@ class SqlUsageStore:
         for _ in range(MAX_ATTEMPTS):
             try:
                 async with self.engine.begin() as conn:
-                    done = await self._try_add(conn, user_id, tokens, now, period_start)
-                    if done is not None:
-                        return done
-            except IntegrityError:
-                continue  # another process created the row first: read it and add to it
+                    if not await charge_usage(conn, user_id, tokens, now, period_start):
+                        raise NotFound(f"no user with id {user_id}")
+                    after = await _state(conn, user_id)
+                    return _counters(user_id, after.days, after, now)
+            except DBAPIError as exc:
+                if not _retryable(exc):
+                    log.error("usage update failed", error=str(exc), user_id=user_id)
+                    raise InternalError(UNAVAILABLE) from exc
             except DATABASE_ERRORS as exc:
                 log.error("usage update failed", error=str(exc), user_id=user_id)
                 raise InternalError(UNAVAILABLE) from exc
         raise InternalError("usage counters are too contended to update; try again")
 
-    async def _try_add(
-        self,
-        conn: AsyncConnection,
-        user_id: int,
-        tokens: int,
-        now: datetime,
-        first_start: datetime | None = None,
-    ) -> UsageCounters | None:
-        """One attempt; None when another writer changed the period in between."""
-        row = await _state(conn, user_id)
-        days = row.days
-        if row.period_start is None:
-            start = first_start if first_start is not None and first_start <= now else now
-            await conn.execute(
-                insert(usage).values(
-                    user_id=user_id,
-                    period_start=start,
-                    period_tokens=tokens,
-                    lifetime_tokens=tokens,
-                    updated_at=utcnow(),
-                )
-            )
-            return UsageCounters(user_id, start, tokens, tokens, days)
-        start = current_period_start(row.period_start, days, now)
-        new_period = usage.c.period_tokens + tokens if start == row.period_start else tokens
-        result = await conn.execute(
-            update(usage)
-            .where(usage.c.user_id == user_id, usage.c.period_start == row.period_start)
-            .values(
-                period_start=start,
-                period_tokens=new_period,
-                lifetime_tokens=usage.c.lifetime_tokens + tokens,
-                updated_at=utcnow(),
-            )
-        )
-        if result.rowcount != 1:
-            return None
-        after = await _state(conn, user_id)
-        return _counters(user_id, days, after, now)
+
+def _retryable(exc: DBAPIError) -> bool:
+    """A deadlock or lock wait the database resolved by failing one transaction."""
+    text = str(exc.orig).lower()
+    return "deadlock" in text or "lock wait" in text or "database is locked" in text

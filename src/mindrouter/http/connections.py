@@ -1,0 +1,122 @@
+"""Connection-level defences the ASGI server lacks: a deadline for the request head, a size cap
+on it, and a cap on the connections one client address may hold open.
+
+uvicorn closes idle keep-alive connections, but a connection that trickles its request line and
+headers one byte at a time (slow-loris), or never sends anything at all, is kept forever, and
+each one costs a socket and a little memory. These checks live in the HTTP protocol object,
+below the application, because by the time the application sees a request its head is complete.
+The body has its own idle timeout in the edge middleware (`http/edge.py`), where the
+application's reads are visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionPolicy:
+    # Seconds from the connection (or the first byte of the next request) to the end of its head.
+    header_timeout_s: float = 15.0
+    # Open connections per client address; 0 = no cap.
+    max_per_address: int = 64
+    # Bytes of request line and headers; past it the request gets 431.
+    max_head_bytes: int = 64 * 1024
+    # Peers the cap does not apply to (trusted reverse proxies carry many clients).
+    exempt: Callable[[str], bool] = field(default=lambda _: False)
+
+
+def _canned(status: bytes, message: bytes) -> bytes:
+    body = b'{"error":{"message":"' + message + b'","type":"invalid_request_error"}}'
+    return (
+        b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body
+    )
+
+
+TOO_MANY = _canned(
+    b"503 Service Unavailable", b"too many open connections from this address; retry later"
+)
+HEAD_TIMEOUT = _canned(b"408 Request Timeout", b"the request headers did not arrive in time")
+HEAD_TOO_LARGE = _canned(
+    b"431 Request Header Fields Too Large", b"the request line and headers are too large"
+)
+
+
+def guarded_protocol(policy: ConnectionPolicy) -> type[HttpToolsProtocol]:
+    """An httptools protocol class applying `policy`; one class per server, so that its count of
+    connections per address covers exactly that server's connections."""
+    open_by_address: dict[str, int] = {}
+
+    class GuardedProtocol(HttpToolsProtocol):
+        _counted: str | None = None
+        _head_timer: asyncio.TimerHandle | None = None
+        _head_bytes = 0
+        _in_head = False
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            host = self.client[0] if self.client else None
+            if host is not None and policy.max_per_address and not policy.exempt(host):
+                if open_by_address.get(host, 0) >= policy.max_per_address:
+                    transport.write(TOO_MANY)
+                    transport.close()
+                    return
+                open_by_address[host] = open_by_address.get(host, 0) + 1
+                self._counted = host
+            self._start_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._end_head()
+            host, self._counted = self._counted, None
+            if host is not None:
+                left = open_by_address.get(host, 1) - 1
+                if left > 0:
+                    open_by_address[host] = left
+                else:
+                    open_by_address.pop(host, None)
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            # Counted only when the head is still incomplete after this read, so a body that
+            # arrives in the same read as its head does not count towards the head's size.
+            if self._in_head:
+                self._head_bytes += len(data)
+                if self._head_bytes > policy.max_head_bytes:
+                    self._refuse(HEAD_TOO_LARGE)
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._start_head()
+
+        def on_headers_complete(self) -> None:
+            self._end_head()
+            super().on_headers_complete()
+
+        def _start_head(self) -> None:
+            if self._in_head:
+                return
+            self._in_head = True
+            self._head_bytes = 0
+            self._head_timer = self.loop.call_later(
+                policy.header_timeout_s, self._refuse, HEAD_TIMEOUT
+            )
+
+        def _end_head(self) -> None:
+            self._in_head = False
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _refuse(self, response: bytes) -> None:
+            self._end_head()
+            if not self.transport.is_closing():
+                self.transport.write(response)
+                self.transport.close()
+
+    return GuardedProtocol

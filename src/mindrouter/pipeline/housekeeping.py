@@ -1,0 +1,50 @@
+"""Chores a gateway process runs now and then, off the request path: each is a coroutine run at
+start and then every `interval` seconds, its failures logged and the next run kept.
+
+Every replica runs them; they are idempotent deletes, so running them in several places at once
+costs a few queries and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from mindrouter.observability.logging import log
+
+
+@dataclass(frozen=True, slots=True)
+class Chore:
+    name: str
+    interval: float
+    run: Callable[[], Awaitable[int]]  # returns how many things it cleaned up
+
+
+class Housekeeping:
+    def __init__(self, chores: list[Chore]) -> None:
+        self.chores = chores
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._loop(chore)) for chore in self.chores]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    @staticmethod
+    async def _loop(chore: Chore) -> None:
+        while True:
+            try:
+                cleaned = await chore.run()
+                if cleaned:
+                    log.info("housekeeping", chore=chore.name, cleaned=cleaned)
+            except Exception as exc:
+                log.warning("housekeeping failed", chore=chore.name, error=str(exc))
+            await asyncio.sleep(chore.interval)
