@@ -2,10 +2,11 @@
 llama.cpp's `llama-server --reranking` (`/rerank`, `/v1/rerank`, ...) answer them.
 
 Scores are deterministic and plausible: the more words a document shares with the query (cosine
-of their word sets, plurals folded into the singular), the higher, with a small hash-based offset so that ties are rare. vLLM
-answers a cross-encoder's probability in (0, 1); llama.cpp the raw logit behind it, which may be
-negative. Each (query, document) pair costs `pair_tokens`: both texts plus the three separator
-tokens a cross-encoder template adds; usage is the sum over the pairs.
+of their word sets, plurals folded into the singular), the higher, with a small hash-based
+offset so that ties are rare. vLLM answers a cross-encoder's probability in (0, 1); llama.cpp
+the raw logit behind it, which may be negative. Each (query, document) pair costs
+`pair_tokens`: both texts plus the three separator tokens a cross-encoder template adds; usage
+is the sum over the pairs.
 
 vLLM's `/rerank` sorts best first, returns each document's text, and cuts to `top_n` when it is
 between 1 and the number of documents. llama.cpp sorts too but sends no text, and cuts to
