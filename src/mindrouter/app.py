@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
-import redis.asyncio as redis_asyncio
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import text as sql_text
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from mindrouter.backends import build_adapter
-from mindrouter.backends.base import EngineAdapter
 from mindrouter.backends.monitor import BackendMonitor, MonitorTarget
+from mindrouter.components import build_adapters, build_catalog, build_limits
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
 from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
@@ -38,139 +33,20 @@ from mindrouter.identity.authenticate import Authenticator
 from mindrouter.observability.logging import log
 from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.drain import Drain
-from mindrouter.pipeline.flight import wait_for_closing
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.pipeline.housekeeping import Chore, Housekeeping
 from mindrouter.pipeline.leases import LeaseKeeper
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
-from mindrouter.routing.breaker import Breaker
-from mindrouter.routing.catalog import (
-    FEATURES,
-    RERANK,
-    STRUCTURED_OUTPUT,
-    BackendState,
-    Catalog,
-    ModelSpec,
-)
+from mindrouter.runtime import Runtime, readiness, shutdown
 from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMemoryFairShareState
-from mindrouter.settings import BackendSettings, Settings
+from mindrouter.settings import Settings
 from mindrouter.stores.breakers import SharedBreakers
 from mindrouter.stores.fairshare import RedisFairShareState
-from mindrouter.stores.limits import (
-    LimitStore,
-    MemoryLimitStore,
-    RedisLimitStore,
-    RedisUnavailablePolicy,
-    ResilientLimitStore,
-)
 from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
 from mindrouter.stores.sql.responses import SqlResponseStore
 from mindrouter.stores.sql.retention import AuditRetention
-
-
-def backend_features(b: BackendSettings) -> frozenset[str]:
-    """What the backend can do besides serving its models: structured output unless the config
-    says otherwise; reranking on every engine but Ollama, which has no such API."""
-    features = FEATURES
-    if not b.structured_output:
-        features -= {STRUCTURED_OUTPUT}
-    if b.engine == "ollama":
-        features -= {RERANK}
-    return features
-
-
-def build_catalog(settings: Settings) -> Catalog:
-    specs = [
-        ModelSpec(
-            name=m.name,
-            context_length=m.context_length,
-            capabilities=frozenset(m.capabilities),
-            aliases=tuple(m.aliases),
-        )
-        for m in settings.models
-    ]
-    backends = []
-    for b in settings.backends:
-        # Without an explicit list, a backend is taken to serve every configured model.
-        serves = (
-            {m.name: m.upstream for m in b.models}
-            if b.models is not None
-            else {s.name: s.name for s in specs}
-        )
-        backends.append(
-            BackendState(
-                name=b.name,
-                engine=b.engine,
-                max_concurrent=b.max_concurrent,
-                priority=b.priority,
-                gpu=b.gpu,
-                serves=serves,
-                features=backend_features(b),
-                breaker=Breaker(settings.breaker_threshold, settings.breaker_cooldown_s),
-            )
-        )
-    return Catalog(specs, backends)
-
-
-def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdapter]:
-    adapters: dict[str, EngineAdapter] = {}
-    for b, state in zip(settings.backends, catalog.backends, strict=True):
-        # Ollama loads a model with the context window it is asked for; send the configured one.
-        contexts = {
-            upstream: catalog.resolve(model).context_length
-            for model, upstream in state.serves.items()
-        }
-        adapters[b.name] = build_adapter(
-            b.engine,
-            b.url,
-            timeouts=settings.timeouts,
-            api_key=b.api_key,
-            name=b.name,
-            context_lengths=contexts,
-        )
-    return adapters
-
-
-def build_limits(settings: Settings, metrics: Metrics) -> LimitStore:
-    if not settings.redis_url:
-        return MemoryLimitStore(settings.lease_s)
-
-    def degraded(reason: str) -> None:
-        metrics.limits_degraded.inc()
-        log.warning("limits answered locally: Redis unreachable", reason=reason)
-
-    primary = RedisLimitStore.from_url(
-        settings.redis_url, prefix=settings.redis_prefix, lease_seconds=settings.lease_s
-    )
-    policy = (
-        RedisUnavailablePolicy.FAIL_OPEN_LOCAL
-        if settings.redis_unavailable == "fail_open"
-        else RedisUnavailablePolicy.FAIL_CLOSED
-    )
-    return ResilientLimitStore(
-        primary, policy=policy, fallback=MemoryLimitStore(settings.lease_s), on_degraded=degraded
-    )
-
-
-@dataclass(slots=True)
-class Runtime:
-    """What the app holds for its lifetime and closes at shutdown."""
-
-    stores: SqlStores
-    authenticator: Authenticator
-    limits: LimitStore
-    usage: UsageSync
-    adapters: dict[str, EngineAdapter]
-    monitor: BackendMonitor
-    leases: LeaseKeeper
-    drain: Drain
-    housekeeping: Housekeeping
-    retention: AuditRetention
-    fairshare: RedisFairShareState | None = None
-    breakers: SharedBreakers | None = None
-    slots: SharedSlots | None = None
 
 
 def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
@@ -328,7 +204,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         try:
             yield
         finally:
-            await _shutdown(runtime)
+            await shutdown(runtime)
 
     # FastAPI's OpenTelemetry bridge would look up the global providers on every request; the
     # gateway reports through its own metrics and logs.
@@ -399,60 +275,10 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     # The inference routes first: routes are matched in order, and these are the hot ones.
     app.router.routes.extend(openai_routes(gateway, settings))
     app.router.routes.extend(responses_routes(gateway, settings, responses))
-    app.router.routes.extend(relevance_routes(gateway, settings))
+    app.router.routes.extend(relevance_routes(gateway))
     app.router.routes.extend(anthropic_routes(gateway, settings))
-    app.router.routes.extend(ollama_routes(gateway, settings))
+    app.router.routes.extend(ollama_routes(gateway))
     app.router.routes.extend(usage_routes(gateway, stores))
     app.router.routes.extend(routing_admin_routes(gateway))
     app.include_router(admin_router(stores, authenticator))
     return app
-
-
-async def readiness(rt: Runtime, settings: Settings) -> dict[str, str]:
-    """The gateway can serve when its database (and Redis, when configured) answer."""
-    checks: dict[str, str] = {}
-    try:
-        async with asyncio.timeout(2):
-            async with rt.stores.engine.connect() as conn:
-                await conn.execute(sql_text("SELECT 1"))
-        checks["database"] = "ok"
-    except Exception as exc:
-        checks["database"] = f"unavailable: {type(exc).__name__}"
-    if settings.redis_url:
-        client = redis_asyncio.from_url(settings.redis_url, socket_timeout=2)
-        try:
-            await client.ping()
-            checks["redis"] = "ok"
-        except Exception as exc:
-            checks["redis"] = f"unavailable: {type(exc).__name__}"
-        finally:
-            await client.aclose()
-    healthy = sum(1 for b in rt.monitor.catalog.backends if b.healthy)
-    checks["backends"] = "ok" if healthy else "none healthy"
-    return checks
-
-
-async def _shutdown(rt: Runtime) -> None:
-    """Stop taking work, write what is pending, then close connections; each step regardless."""
-    steps = [
-        rt.monitor.stop,
-        rt.housekeeping.stop,
-        rt.retention.stop,
-        rt.authenticator.stop,
-        wait_for_closing,
-        rt.leases.stop,
-        rt.usage.stop,
-        *([rt.fairshare.stop] if rt.fairshare is not None else []),
-        *([rt.breakers.stop] if rt.breakers is not None else []),
-        *([rt.slots.stop] if rt.slots is not None else []),
-        rt.limits.close,
-        *[a.aclose for a in rt.adapters.values()],
-        rt.stores.aclose,
-    ]
-    for step in steps:
-        try:
-            await step()
-        except Exception as exc:
-            log.error(
-                "shutdown step failed", step=getattr(step, "__qualname__", "?"), error=str(exc)
-            )

@@ -21,22 +21,25 @@ from typing import Any, Literal
 import yaml
 
 from mindrouter.backends.base import ENGINES, Engine, Timeouts
-from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS, int_problem, text_problem
+from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS, text_problem
 from mindrouter.routing.select import ScoreWeights
+from mindrouter.settings_fields import ConfigError as ConfigError
+from mindrouter.settings_fields import (
+    read_int,
+    read_mappings,
+    read_name,
+    read_secret,
+    read_value,
+)
 from mindrouter.settings_sources import (
     DEFAULT_SECRET_KEY,
     ENVIRONMENT,
-    read_secret_file,
     resolve_database_url,
 )
 
 CAPABILITIES = ("chat", "vision", "embedding", "rerank", "tools", "thinking")
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 ApiDocs = Literal["admin", "off"]
-
-
-class ConfigError(Exception):
-    """The configuration is invalid; the message says where and why."""
 
 
 @dataclass(slots=True)
@@ -129,69 +132,8 @@ class Settings:
     models: list[ModelSettings] = field(default_factory=list)
 
 
-def _get(
-    d: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any
-) -> Any:
-    if key not in d or d[key] is None:
-        return default
-    value = d[key]
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if isinstance(value, bool) and bool not in kinds:
-        raise ConfigError(f"{where}.{key}: expected {kinds[0].__name__}, got a boolean")
-    if float in kinds and isinstance(value, int):
-        return float(value)
-    if not isinstance(value, kinds):
-        raise ConfigError(
-            f"{where}.{key}: expected {kinds[0].__name__}, got {type(value).__name__}"
-        )
-    if isinstance(value, str) and (problem := text_problem(value)) is not None:
-        raise ConfigError(f"{where}.{key}: {problem}")
-    return value
-
-
-def _int(d: dict[str, Any], key: str, where: str, default: int, span: tuple[int, int]) -> int:
-    """An integer the database can hold in its column for the range `span`."""
-    value: int = _get(d, key, int, where, default)
-    low, high = span
-    problem = int_problem(value, low, high)
-    if problem is not None:
-        raise ConfigError(f"{where}.{key}: {problem}")
-    return value
-
-
-def _items(raw: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    value = raw.get(key) or []
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise ConfigError(f"{key}: expected a list of mappings")
-    return value
-
-
-def _name(d: dict[str, Any], where: str) -> str:
-    name = d.get("name")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"{where}.name: required, a non-empty string")
-    if (problem := text_problem(name)) is not None:
-        raise ConfigError(f"{where}.name: {problem}")
-    return name
-
-
-def _secret(d: dict[str, Any], key: str, where: str, base: Path | None) -> str | None:
-    """`key` itself, or the contents of the file `key_file` names (one trailing newline
-    dropped, as `echo` leaves it)."""
-    inline: str | None = _get(d, key, str, where, None)
-    path: str | None = _get(d, f"{key}_file", str, where, None)
-    if path is None:
-        return inline
-    if inline is not None:
-        raise ConfigError(f"{where}.{key} and {where}.{key}_file: give one of them")
-    try:
-        return read_secret_file(path, base)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{where}.{key}_file: {exc}") from None
-
-
 def _backend(d: dict[str, Any], where: str, base: Path | None = None) -> BackendSettings:
-    name = _name(d, where)
+    name = read_name(d, where)
     engine = d.get("engine")
     if engine not in ENGINES:
         raise ConfigError(f"{where}.engine: one of {', '.join(ENGINES)} (got {engine!r})")
@@ -220,35 +162,35 @@ def _backend(d: dict[str, Any], where: str, base: Path | None = None) -> Backend
         name=name,
         engine=engine,
         url=url.rstrip("/"),
-        gpu=_get(d, "gpu", str, where, None),
-        max_concurrent=_int(d, "max_concurrent", where, 8, (1, INT4_MAX)),
-        priority=_int(d, "priority", where, 0, (-INT4_MAX, INT4_MAX)),
+        gpu=read_value(d, "gpu", str, where, None),
+        max_concurrent=read_int(d, "max_concurrent", where, 8, (1, INT4_MAX)),
+        priority=read_int(d, "priority", where, 0, (-INT4_MAX, INT4_MAX)),
         models=models,
-        api_key=_secret(d, "api_key", where, base),
-        structured_output=_get(d, "structured_output", bool, where, True),
+        api_key=read_secret(d, "api_key", where, base),
+        structured_output=read_value(d, "structured_output", bool, where, True),
     )
 
 
 def _model(d: dict[str, Any], where: str) -> ModelSettings:
-    caps = _get(d, "capabilities", list, where, ["chat"])
+    caps = read_value(d, "capabilities", list, where, ["chat"])
     for c in caps:
         if c not in CAPABILITIES:
             raise ConfigError(f"{where}.capabilities: unknown {c!r}; use {', '.join(CAPABILITIES)}")
-    aliases = _get(d, "aliases", list, where, [])
+    aliases = read_value(d, "aliases", list, where, [])
     if not all(isinstance(a, str) and a and text_problem(a) is None for a in aliases):
         raise ConfigError(f"{where}.aliases: expected a list of non-empty strings without NUL")
-    ctx = _int(d, "context_length", where, 8192, (1, INT4_MAX))
-    return ModelSettings(_name(d, where), ctx, list(caps), list(aliases))
+    ctx = read_int(d, "context_length", where, 8192, (1, INT4_MAX))
+    return ModelSettings(read_name(d, where), ctx, list(caps), list(aliases))
 
 
 def _group(d: dict[str, Any], where: str) -> GroupSettings:
     g = GroupSettings(
-        name=_name(d, where),
-        scheduler_weight=_get(d, "scheduler_weight", float, where, 1.0),
-        token_budget=_int(d, "token_budget", where, 0, (0, INT8_MAX)),
-        rpm=_int(d, "rpm", where, 0, (0, INT4_MAX)),
-        max_concurrent=_int(d, "max_concurrent", where, 0, (0, INT4_MAX)),
-        budget_period_days=_int(d, "budget_period_days", where, 30, (1, MAX_EXPIRES_DAYS)),
+        name=read_name(d, where),
+        scheduler_weight=read_value(d, "scheduler_weight", float, where, 1.0),
+        token_budget=read_int(d, "token_budget", where, 0, (0, INT8_MAX)),
+        rpm=read_int(d, "rpm", where, 0, (0, INT4_MAX)),
+        max_concurrent=read_int(d, "max_concurrent", where, 0, (0, INT4_MAX)),
+        budget_period_days=read_int(d, "budget_period_days", where, 30, (1, MAX_EXPIRES_DAYS)),
     )
     if not 0 < g.scheduler_weight < float("inf"):
         raise ConfigError(f"{where}.scheduler_weight: must be a positive number")
@@ -260,7 +202,9 @@ def _routing_weights(d: dict[str, Any]) -> ScoreWeights:
     for key in d:
         if key not in known:
             raise ConfigError(f"routing_weights.{key}: unknown; use {', '.join(sorted(known))}")
-    values = {k: v for k in d if (v := _get(d, k, float, "routing_weights", None)) is not None}
+    values = {
+        k: v for k in d if (v := read_value(d, k, float, "routing_weights", None)) is not None
+    }
     try:
         return ScoreWeights(**values)
     except ValueError as exc:
@@ -268,22 +212,22 @@ def _routing_weights(d: dict[str, Any]) -> ScoreWeights:
 
 
 def _connections(raw: dict[str, Any], s: Settings) -> None:
-    s.header_timeout_s = _get(raw, "header_timeout_s", float, "", s.header_timeout_s)
-    s.body_timeout_s = _get(raw, "body_timeout_s", float, "", s.body_timeout_s)
+    s.header_timeout_s = read_value(raw, "header_timeout_s", float, "", s.header_timeout_s)
+    s.body_timeout_s = read_value(raw, "body_timeout_s", float, "", s.body_timeout_s)
     if s.header_timeout_s <= 0 or s.body_timeout_s <= 0:
         raise ConfigError("header_timeout_s and body_timeout_s: positive numbers of seconds")
-    s.max_connections_per_client = _int(
+    s.max_connections_per_client = read_int(
         raw, "max_connections_per_client", "", s.max_connections_per_client, (0, INT4_MAX)
     )
-    s.auth_failures_per_minute = _int(
+    s.auth_failures_per_minute = read_int(
         raw, "auth_failures_per_minute", "", s.auth_failures_per_minute, (0, INT4_MAX)
     )
-    docs = _get(raw, "api_docs", str, "", s.api_docs)
+    docs = read_value(raw, "api_docs", str, "", s.api_docs)
     if docs not in ("admin", "off"):
         raise ConfigError("api_docs: admin or off")
     s.api_docs = docs
-    s.metrics_token = _get(raw, "metrics_token", str, "", None) or None
-    s.metrics_port = _get(raw, "metrics_port", int, "", None)
+    s.metrics_token = read_value(raw, "metrics_token", str, "", None) or None
+    s.metrics_port = read_value(raw, "metrics_port", int, "", None)
     if s.metrics_port is not None and not 0 <= s.metrics_port <= 65535:
         raise ConfigError("metrics_port: a TCP port (0 picks a free one)")
 
@@ -293,37 +237,39 @@ def settings_from_dict(raw: dict[str, Any], base: Path | None = None) -> Setting
     if not isinstance(raw, dict):
         raise ConfigError("the configuration must be a mapping")
     s = Settings()
-    s.database_url = resolve_database_url(_get(raw, "database_url", str, "", s.database_url), base)
-    s.redis_url = _get(raw, "redis_url", str, "", None)
-    s.host = _get(raw, "host", str, "", s.host)
-    s.port = _get(raw, "port", int, "", s.port)
-    s.log_level = _get(raw, "log_level", str, "", s.log_level).upper()
-    s.secret_key = _secret(raw, "secret_key", "", base) or s.secret_key
-    field_name = _get(raw, "reasoning_field", str, "", s.reasoning_field)
+    s.database_url = resolve_database_url(
+        read_value(raw, "database_url", str, "", s.database_url), base
+    )
+    s.redis_url = read_value(raw, "redis_url", str, "", None)
+    s.host = read_value(raw, "host", str, "", s.host)
+    s.port = read_value(raw, "port", int, "", s.port)
+    s.log_level = read_value(raw, "log_level", str, "", s.log_level).upper()
+    s.secret_key = read_secret(raw, "secret_key", "", base) or s.secret_key
+    field_name = read_value(raw, "reasoning_field", str, "", s.reasoning_field)
     if field_name not in ("reasoning_content", "reasoning", "both"):
         raise ConfigError("reasoning_field: one of reasoning_content, reasoning, both")
     s.reasoning_field = field_name
-    s.max_body_bytes = _get(raw, "max_body_bytes", int, "", s.max_body_bytes)
-    t = _get(raw, "timeouts", dict, "", {})
+    s.max_body_bytes = read_value(raw, "max_body_bytes", int, "", s.max_body_bytes)
+    t = read_value(raw, "timeouts", dict, "", {})
     s.timeouts = Timeouts(
-        connect=_get(t, "connect", float, "timeouts", 10.0),
-        first_byte=_get(t, "first_byte", float, "timeouts", 60.0),
-        total=_get(t, "total", float, "timeouts", 180.0),
-        idle=_get(t, "idle", float, "timeouts", 60.0),
+        connect=read_value(t, "connect", float, "timeouts", 10.0),
+        first_byte=read_value(t, "first_byte", float, "timeouts", 60.0),
+        total=read_value(t, "total", float, "timeouts", 180.0),
+        idle=read_value(t, "idle", float, "timeouts", 60.0),
     )
     for key in ("connect", "first_byte", "total", "idle"):
         if getattr(s.timeouts, key) <= 0:
             raise ConfigError(f"timeouts.{key}: must be positive")
-    s.max_attempts = _get(raw, "max_attempts", int, "", s.max_attempts)
+    s.max_attempts = read_value(raw, "max_attempts", int, "", s.max_attempts)
     if s.max_attempts < 1:
         raise ConfigError("max_attempts: must be at least 1")
-    s.capacity_wait_s = _get(raw, "capacity_wait_s", float, "", s.capacity_wait_s)
-    s.redis_prefix = _get(raw, "redis_prefix", str, "", s.redis_prefix)
-    policy = _get(raw, "redis_unavailable", str, "", s.redis_unavailable)
+    s.capacity_wait_s = read_value(raw, "capacity_wait_s", float, "", s.capacity_wait_s)
+    s.redis_prefix = read_value(raw, "redis_prefix", str, "", s.redis_prefix)
+    policy = read_value(raw, "redis_unavailable", str, "", s.redis_unavailable)
     if policy not in ("fail_closed", "fail_open"):
         raise ConfigError("redis_unavailable: fail_closed or fail_open")
     s.redis_unavailable = policy
-    proxies = _get(raw, "trusted_proxies", list, "", [])
+    proxies = read_value(raw, "trusted_proxies", list, "", [])
     for i, p in enumerate(proxies):
         try:
             ipaddress.ip_network(str(p).strip(), strict=False)
@@ -333,44 +279,46 @@ def settings_from_dict(raw: dict[str, Any], base: Path | None = None) -> Setting
             ) from None
     s.trusted_proxies = [str(p).strip() for p in proxies]
     _connections(raw, s)
-    s.usage_flush_s = _get(raw, "usage_flush_s", float, "", s.usage_flush_s)
+    s.usage_flush_s = read_value(raw, "usage_flush_s", float, "", s.usage_flush_s)
     if not 0 < s.usage_flush_s <= 60:
         raise ConfigError("usage_flush_s: between 0 and 60 seconds")
-    s.lease_s = _get(raw, "lease_s", float, "", s.lease_s)
-    s.lease_renew_s = _get(raw, "lease_renew_s", float, "", s.lease_renew_s)
+    s.lease_s = read_value(raw, "lease_s", float, "", s.lease_s)
+    s.lease_renew_s = read_value(raw, "lease_renew_s", float, "", s.lease_renew_s)
     if not 0 < s.lease_renew_s <= s.lease_s / 2:
         raise ConfigError("lease_renew_s: positive and at most half of lease_s")
     if s.lease_s > 300:
         raise ConfigError("lease_s: at most 300 seconds")
-    s.shutdown_grace_s = _get(raw, "shutdown_grace_s", float, "", s.shutdown_grace_s)
+    s.shutdown_grace_s = read_value(raw, "shutdown_grace_s", float, "", s.shutdown_grace_s)
     if s.shutdown_grace_s < 0:
         raise ConfigError("shutdown_grace_s: must not be negative")
-    s.responses_retention_days = _get(
+    s.responses_retention_days = read_value(
         raw, "responses_retention_days", int, "", s.responses_retention_days
     )
     if not 0 <= s.responses_retention_days <= 3650:
         raise ConfigError("responses_retention_days: between 0 and 3650")
-    s.fairshare_sync_s = _get(raw, "fairshare_sync_s", float, "", s.fairshare_sync_s)
+    s.fairshare_sync_s = read_value(raw, "fairshare_sync_s", float, "", s.fairshare_sync_s)
     if not 0 < s.fairshare_sync_s <= 1:
         raise ConfigError("fairshare_sync_s: between 0 and 1 second")
-    s.health_interval_s = _get(raw, "health_interval_s", float, "", s.health_interval_s)
-    s.breaker_threshold = _get(raw, "breaker_threshold", int, "", s.breaker_threshold)
-    s.breaker_cooldown_s = _get(raw, "breaker_cooldown_s", float, "", s.breaker_cooldown_s)
+    s.health_interval_s = read_value(raw, "health_interval_s", float, "", s.health_interval_s)
+    s.breaker_threshold = read_value(raw, "breaker_threshold", int, "", s.breaker_threshold)
+    s.breaker_cooldown_s = read_value(raw, "breaker_cooldown_s", float, "", s.breaker_cooldown_s)
     if s.health_interval_s <= 0 or s.breaker_threshold < 1 or s.breaker_cooldown_s < 0:
         raise ConfigError("health_interval_s, breaker_threshold and breaker_cooldown_s: positive")
-    s.audit_retention_days = _get(raw, "audit_retention_days", int, "", 0)
+    s.audit_retention_days = read_value(raw, "audit_retention_days", int, "", 0)
     if s.audit_retention_days < 0:
         raise ConfigError("audit_retention_days: 0 (keep everything) or a number of days")
-    s.routing_weights = _routing_weights(_get(raw, "routing_weights", dict, "", {}))
-    s.groups = [_group(d, f"groups[{i}]") for i, d in enumerate(_items(raw, "groups"))]
+    s.routing_weights = _routing_weights(read_value(raw, "routing_weights", dict, "", {}))
+    s.groups = [_group(d, f"groups[{i}]") for i, d in enumerate(read_mappings(raw, "groups"))]
     s.users = [
-        UserSettings(_name(d, f"users[{i}]"), _get(d, "group", str, f"users[{i}]", "default"))
-        for i, d in enumerate(_items(raw, "users"))
+        UserSettings(
+            read_name(d, f"users[{i}]"), read_value(d, "group", str, f"users[{i}]", "default")
+        )
+        for i, d in enumerate(read_mappings(raw, "users"))
     ]
     s.backends = [
-        _backend(d, f"backends[{i}]", base) for i, d in enumerate(_items(raw, "backends"))
+        _backend(d, f"backends[{i}]", base) for i, d in enumerate(read_mappings(raw, "backends"))
     ]
-    s.models = [_model(d, f"models[{i}]") for i, d in enumerate(_items(raw, "models"))]
+    s.models = [_model(d, f"models[{i}]") for i, d in enumerate(read_mappings(raw, "models"))]
     _check_unique("backends", [b.name for b in s.backends])
     _check_unique("models", [n for m in s.models for n in [m.name, *m.aliases]])
     _check_unique("groups", [g.name for g in s.groups])

@@ -47,13 +47,12 @@ def anthropic_models_handler(gateway: Gateway) -> Callable[[Request], Awaitable[
 
 
 def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
-    limit = settings.max_body_bytes
     key = settings.secret_key.encode()
 
     async def messages(request: Request) -> Response:
         ctx = new_context(request, "anthropic")
         await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request, limit)
+        body = await read_json(request)
         dropped = Dropped()
         req = dialect.decode_messages_request(body, signing_key=key, dropped=dropped)
         _log_dropped(dropped)
@@ -86,7 +85,7 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def count_tokens(request: Request) -> Response:
         ctx = new_context(request, "anthropic")
         await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request, limit)
+        body = await read_json(request)
         dropped = Dropped()
         req = dialect.decode_count_tokens_request(body, signing_key=key, dropped=dropped)
         _log_dropped(dropped)

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from mindrouter.canonical import Done, StreamEvent, StreamFailed
-from mindrouter.errors import InvalidRequest, PayloadTooLarge
+from mindrouter.errors import InvalidRequest
 from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
 
 
@@ -43,6 +43,8 @@ def new_context(request: Request, dialect: Dialect) -> RequestContext:
         client_ip=client_ip(request),
         user_agent=request.headers.get("user-agent"),
     )
+    # The edge has already checked the key of every route that needs one.
+    ctx.principal = getattr(request.state, "principal", None)
     request.state.ctx = ctx
     return ctx
 
@@ -148,12 +150,10 @@ def decode_json(body: bytes) -> Any:
     return value
 
 
-async def read_json(request: Request, limit: int | None = None) -> Any:
-    """The body, decoded and checked. Its size and arrival are bounded by the edge middleware
-    (`limit` is kept for the routes' signatures: the edge applies the same setting)."""
+async def read_json(request: Request) -> Any:
+    """The body, decoded and checked. Its size and arrival are bounded by the edge middleware,
+    which applies `max_body_bytes` to every route as the body streams in."""
     body = await request.body()
-    if limit is not None and len(body) > limit:
-        raise PayloadTooLarge(f"the request body is larger than the limit of {limit} bytes")
     if len(body) > OFF_LOOP_BYTES:
         return await asyncio.to_thread(decode_json, body)
     return decode_json(body)

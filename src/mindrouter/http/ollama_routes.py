@@ -30,7 +30,6 @@ from mindrouter.http.common import (
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.routing.catalog import ModelSpec
-from mindrouter.settings import Settings
 
 # How long a model counts as loaded after its last use, like Ollama's default keep_alive.
 KEEP_ALIVE_S = 300.0
@@ -73,8 +72,7 @@ async def _collect(
     return assembler.result(), first_output
 
 
-def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
-    limit = settings.max_body_bytes
+def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
 
     def view(spec: ModelSpec, now: float) -> dialect.ModelView:
         last = gateway.catalog.last_used(spec.name)
@@ -97,7 +95,7 @@ def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def chat(request: Request) -> Response:
         ctx = new_context(request, "ollama")
         await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request, limit)
+        body = await read_json(request)
         action = dialect.chat_load_action(body)
         if action is not None:
             req = dialect.decode_chat_request(body)
@@ -124,7 +122,7 @@ def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def generate(request: Request) -> Response:
         ctx = new_context(request, "ollama")
         await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request, limit)
+        body = await read_json(request)
         action = dialect.generate_load_action(body)
         req = dialect.decode_generate_request(body)
         if action is not None:
@@ -155,7 +153,7 @@ def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def embed(request: Request) -> Response:
         ctx = new_context(request, "ollama")
         await gateway.authenticate(ctx, request.headers)
-        req = dialect.decode_embed_request(await read_json(request, limit))
+        req = dialect.decode_embed_request(await read_json(request))
         result = await gateway.embed(ctx, req)
         return json_response(
             dialect.encode_embed_response(result, model=req.model, timings=_timings(ctx)), ctx
@@ -164,7 +162,7 @@ def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def embeddings(request: Request) -> Response:
         ctx = new_context(request, "ollama")
         await gateway.authenticate(ctx, request.headers)
-        req = dialect.decode_embeddings_request(await read_json(request, limit))
+        req = dialect.decode_embeddings_request(await read_json(request))
         result = await gateway.embed(ctx, req)
         return json_response(dialect.encode_embeddings_response(result), ctx)
 
@@ -185,7 +183,7 @@ def ollama_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def show(request: Request) -> Response:
         ctx = new_context(request, "ollama")
         await gateway.authenticate(ctx, request.headers)
-        name = dialect.decode_show_request(await read_json(request, limit))
+        name = dialect.decode_show_request(await read_json(request))
         spec = gateway.catalog.resolve(name)
         return json_response(dialect.encode_show(view(spec, time.monotonic())), ctx)
 

@@ -15,13 +15,12 @@ from mindrouter.settings import Settings
 
 
 def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
-    limit = settings.max_body_bytes
     reasoning_field = settings.reasoning_field
 
     async def chat_completions(request: Request) -> Response:
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request, limit)
+        body = await read_json(request)
         req = dialect.decode_chat_request(body)
         if req.stream:
             events = await gateway.open_chat_stream(ctx, req)
@@ -48,7 +47,7 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def completions(request: Request) -> Response:
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request, limit)
+        body = await read_json(request)
         req = dialect.decode_completion_request(body)
         if req.stream:
             events = await gateway.open_complete_stream(ctx, req)
@@ -70,7 +69,7 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def embeddings(request: Request) -> Response:
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request, limit)
+        body = await read_json(request)
         req, encoding = dialect.decode_embedding_request(body)
         result = await gateway.embed(ctx, req)
         return json_response(

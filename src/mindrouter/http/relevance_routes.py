@@ -14,19 +14,17 @@ from starlette.routing import BaseRoute, Route
 from mindrouter.dialects import openai as dialect
 from mindrouter.http.common import json_response, new_context, read_json
 from mindrouter.pipeline.gateway import Gateway
-from mindrouter.settings import Settings
 
 RERANK_PATHS = ("/v1/rerank", "/rerank", "/v2/rerank")
 SCORE_PATHS = ("/v1/score", "/score")
 
 
-def relevance_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
-    limit = settings.max_body_bytes
+def relevance_routes(gateway: Gateway) -> list[BaseRoute]:
 
     async def rerank(request: Request) -> Response:
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
-        req, options = dialect.decode_rerank_request(await read_json(request, limit))
+        req, options = dialect.decode_rerank_request(await read_json(request))
         result = await gateway.score(ctx, req)
         return json_response(
             dialect.encode_rerank_response(
@@ -38,7 +36,7 @@ def relevance_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def score(request: Request) -> Response:
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
-        req = dialect.decode_score_request(await read_json(request, limit))
+        req = dialect.decode_score_request(await read_json(request))
         result = await gateway.score(ctx, req)
         return json_response(
             dialect.encode_score_response(

@@ -33,7 +33,6 @@ MAX_ITEMS_PAGE = 100
 def responses_routes(
     gateway: Gateway, settings: Settings, store: SqlResponseStore
 ) -> list[BaseRoute]:
-    limit = settings.max_body_bytes
     keep_any = settings.responses_retention_days > 0
 
     def owner(ctx: RequestContext) -> int:
@@ -59,7 +58,7 @@ def responses_routes(
     async def create(request: Request) -> Response:
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request, limit)
+        body = await read_json(request)
         prior_items, prior = await history(ctx, body)
         req, options = dialect.decode_responses_request(body, prior)
         if options.tools.dropped or options.ignored:
@@ -135,7 +134,7 @@ def responses_routes(
     async def input_tokens(request: Request) -> Response:
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request, limit)
+        body = await read_json(request)
         if isinstance(body, dict) and body.get("input") is None:
             body = {**body, "input": []}
         _, prior = await history(ctx, body)

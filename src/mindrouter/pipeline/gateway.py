@@ -90,7 +90,9 @@ class Gateway:
         self.decisions = self.dispatch.decisions
 
     async def authenticate(self, ctx: RequestContext, headers: Mapping[str, str]) -> None:
-        ctx.principal = await self.s.authenticator.authenticate(headers)
+        """The caller, unless the edge already found them for this request."""
+        if ctx.principal is None:
+            ctx.principal = await self.s.authenticator.authenticate(headers)
         structlog.contextvars.bind_contextvars(user=ctx.principal.user_name)
 
     # -- whole answers -------------------------------------------------------------------------

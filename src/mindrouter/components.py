@@ -1,0 +1,110 @@
+"""The parts the app is built from, each made from the settings: the routing catalog, one engine
+adapter per backend, and the limit store (in-process, or Redis with its outage policy)."""
+
+from __future__ import annotations
+
+from mindrouter.backends import build_adapter
+from mindrouter.backends.base import EngineAdapter
+from mindrouter.observability.logging import log
+from mindrouter.observability.metrics import Metrics
+from mindrouter.routing.breaker import Breaker
+from mindrouter.routing.catalog import (
+    FEATURES,
+    RERANK,
+    STRUCTURED_OUTPUT,
+    BackendState,
+    Catalog,
+    ModelSpec,
+)
+from mindrouter.settings import BackendSettings, Settings
+from mindrouter.stores.limits import (
+    LimitStore,
+    MemoryLimitStore,
+    RedisLimitStore,
+    RedisUnavailablePolicy,
+    ResilientLimitStore,
+)
+
+
+def backend_features(b: BackendSettings) -> frozenset[str]:
+    """What the backend can do besides serving its models: structured output unless the config
+    says otherwise; reranking on every engine but Ollama, which has no such API."""
+    features = FEATURES
+    if not b.structured_output:
+        features -= {STRUCTURED_OUTPUT}
+    if b.engine == "ollama":
+        features -= {RERANK}
+    return features
+
+
+def build_catalog(settings: Settings) -> Catalog:
+    specs = [
+        ModelSpec(
+            name=m.name,
+            context_length=m.context_length,
+            capabilities=frozenset(m.capabilities),
+            aliases=tuple(m.aliases),
+        )
+        for m in settings.models
+    ]
+    backends = []
+    for b in settings.backends:
+        # Without an explicit list, a backend is taken to serve every configured model.
+        serves = (
+            {m.name: m.upstream for m in b.models}
+            if b.models is not None
+            else {s.name: s.name for s in specs}
+        )
+        backends.append(
+            BackendState(
+                name=b.name,
+                engine=b.engine,
+                max_concurrent=b.max_concurrent,
+                priority=b.priority,
+                gpu=b.gpu,
+                serves=serves,
+                features=backend_features(b),
+                breaker=Breaker(settings.breaker_threshold, settings.breaker_cooldown_s),
+            )
+        )
+    return Catalog(specs, backends)
+
+
+def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdapter]:
+    adapters: dict[str, EngineAdapter] = {}
+    for b, state in zip(settings.backends, catalog.backends, strict=True):
+        # Ollama loads a model with the context window it is asked for; send the configured one.
+        contexts = {
+            upstream: catalog.resolve(model).context_length
+            for model, upstream in state.serves.items()
+        }
+        adapters[b.name] = build_adapter(
+            b.engine,
+            b.url,
+            timeouts=settings.timeouts,
+            api_key=b.api_key,
+            name=b.name,
+            context_lengths=contexts,
+        )
+    return adapters
+
+
+def build_limits(settings: Settings, metrics: Metrics) -> LimitStore:
+    if not settings.redis_url:
+        return MemoryLimitStore(settings.lease_s)
+
+    def degraded(reason: str) -> None:
+        metrics.limits_degraded.inc()
+        log.warning("limits answered locally: Redis unreachable", reason=reason)
+
+    primary = RedisLimitStore.from_url(
+        settings.redis_url, prefix=settings.redis_prefix, lease_seconds=settings.lease_s
+    )
+    policy = (
+        RedisUnavailablePolicy.FAIL_OPEN_LOCAL
+        if settings.redis_unavailable == "fail_open"
+        else RedisUnavailablePolicy.FAIL_CLOSED
+    )
+    return ResilientLimitStore(
+        primary, policy=policy, fallback=MemoryLimitStore(settings.lease_s), on_degraded=degraded
+    )
