@@ -53,12 +53,12 @@ def weather_tool() -> dict[str, Any]:
             None,
             Reasoning(mode="on", effort="medium", budget_tokens=2048, return_reasoning=False),
         ),
-        ({"type": "adaptive"}, None, Reasoning(mode="on")),
-        ({"type": "adaptive"}, {"effort": "xhigh"}, Reasoning(mode="on", effort="xhigh")),
+        ({"type": "adaptive"}, None, Reasoning(mode="default")),
+        ({"type": "adaptive"}, {"effort": "xhigh"}, Reasoning(mode="default", effort="xhigh")),
         (
             {"type": "adaptive", "display": "omitted"},
             {"effort": "max"},
-            Reasoning(mode="on", effort="max", return_reasoning=False),
+            Reasoning(mode="default", effort="max", return_reasoning=False),
         ),
     ],
 )
