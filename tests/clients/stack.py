@@ -1,9 +1,9 @@
 """The gateway in front of one simulated engine of each kind, for the real clients to talk to.
 
 Model names say which backend serves them: `chat-vllm`, `chat-llamacpp`, `chat-openai` (the
-vLLM simulator behind the generic OpenAI-compatible adapter) and `chat-ollama`. Every model has
-a context of `CONTEXT` tokens: Claude Code alone sends about 48 KB of instructions and tool
-schemas with `max_tokens: 32000`.
+vLLM simulator behind the generic OpenAI-compatible adapter) and `chat-ollama`; `think-<engine>`
+is the same engine's model that reasons. Every model has a context of `CONTEXT` tokens: Claude
+Code alone sends about 48 KB of instructions and tool schemas with `max_tokens: 32000`.
 
 `Stack.user()` makes a fresh user with its own key, so each test reads only its own audit
 records and usage; `Stack.engine_records()` lists what the engines counted since a mark.
@@ -39,14 +39,19 @@ ENGINES: dict[str, str] = {
 CHAT_ENGINES = ("vllm", "llamacpp", "openai")
 CONTEXT = 200_000
 ADMIN = "root"
+# gateway model prefix -> (simulated model prefix, capabilities)
+KINDS: dict[str, tuple[str, list[str]]] = {
+    "chat": ("sim", ["chat", "tools"]),
+    "think": ("think", ["chat", "tools", "thinking"]),
+}
 
 
-def model_name(engine: str) -> str:
-    return f"chat-{engine}"
+def model_name(engine: str, kind: str = "chat") -> str:
+    return f"{kind}-{engine}"
 
 
-def _upstream(engine: str) -> str:
-    return f"sim-{ENGINES[engine]}"
+def _upstream(engine: str, kind: str) -> str:
+    return f"{KINDS[kind][0]}-{ENGINES[engine]}"
 
 
 def gateway_config(urls: dict[str, str], database_url: str) -> dict[str, Any]:
@@ -55,13 +60,17 @@ def gateway_config(urls: dict[str, str], database_url: str) -> dict[str, Any]:
             "name": f"{engine}-1",
             "engine": engine,
             "url": urls[sim],
-            "models": [{"name": model_name(engine), "upstream": _upstream(engine)}],
+            "models": [
+                {"name": model_name(engine, kind), "upstream": _upstream(engine, kind)}
+                for kind in KINDS
+            ],
         }
         for engine, sim in ENGINES.items()
     ]
     models = [
-        {"name": model_name(e), "context_length": CONTEXT, "capabilities": ["chat", "tools"]}
+        {"name": model_name(e, kind), "context_length": CONTEXT, "capabilities": caps}
         for e in ENGINES
+        for kind, (_, caps) in KINDS.items()
     ]
     return {
         "database_url": database_url,
@@ -146,7 +155,8 @@ class Stack:
 
 
 def sim_config(engine: str) -> SimConfig:
-    return SimConfig(engine=engine, models=[SimModel(f"sim-{engine}", CONTEXT)])  # type: ignore[arg-type]
+    models = [SimModel(f"{prefix}-{engine}", CONTEXT) for prefix, _ in KINDS.values()]
+    return SimConfig(engine=engine, models=models)  # type: ignore[arg-type]
 
 
 async def _prepare(database_url: str, config: dict[str, Any]) -> str:
