@@ -36,7 +36,7 @@ ENGINES: dict[str, str] = {
     "openai": "vllm",
     "ollama": "ollama",
 }
-CHAT_ENGINES = ("vllm", "llamacpp", "openai")
+CHAT_ROUTES = ("/v1/chat/completions", "/api/chat")
 CONTEXT = 200_000
 ADMIN = "root"
 # gateway model prefix -> (simulated model prefix, capabilities)
@@ -51,7 +51,8 @@ def model_name(engine: str, kind: str = "chat") -> str:
 
 
 def _upstream(engine: str, kind: str) -> str:
-    return f"{KINDS[kind][0]}-{ENGINES[engine]}"
+    """The simulator's name for it: distinct per backend, also where two share a simulator."""
+    return f"{KINDS[kind][0]}-{engine}"
 
 
 def gateway_config(urls: dict[str, str], database_url: str) -> dict[str, Any]:
@@ -118,9 +119,10 @@ class Stack:
         return len(self.sim_states[ENGINES[engine]].records)
 
     def engine_records(self, engine: str, since: int) -> list[RequestRecord]:
-        """The inference requests the engine of `engine` received after `mark(engine)`."""
+        """The chat requests backend `engine` sent its simulator after `mark(engine)`."""
+        names = {_upstream(engine, kind) for kind in KINDS}
         records = self.sim_states[ENGINES[engine]].records[since:]
-        return [r for r in records if r.route not in ("/tokenize", "/api/show")]
+        return [r for r in records if r.route in CHAT_ROUTES and r.model in names]
 
     def audit(self, user: str, count: int) -> list[dict[str, Any]]:
         """The user's `count` audit records, oldest first, once none is pending any more.
@@ -154,9 +156,14 @@ class Stack:
         return tokens
 
 
-def sim_config(engine: str) -> SimConfig:
-    models = [SimModel(f"{prefix}-{engine}", CONTEXT) for prefix, _ in KINDS.values()]
-    return SimConfig(engine=engine, models=models)  # type: ignore[arg-type]
+def sim_config(sim: str) -> SimConfig:
+    models = [
+        SimModel(_upstream(engine, kind), CONTEXT)
+        for engine, served_by in ENGINES.items()
+        if served_by == sim
+        for kind in KINDS
+    ]
+    return SimConfig(engine=sim, models=models)  # type: ignore[arg-type]
 
 
 async def _prepare(database_url: str, config: dict[str, Any]) -> str:

@@ -1,11 +1,12 @@
 """The OpenAI Agents SDK through the gateway: one streamed agent run with a function tool.
 
-Usage: agents_sdk.py BASE_URL API_KEY MODEL responses|chat
+Usage: agents_sdk.py BASE_URL responses|chat MODEL=API_KEY...
 
 `responses` is the SDK's default model class (the Responses API, set up the way its docs say
-for another provider: a default client); `chat` is `OpenAIChatCompletionsModel`. Prints one JSON
-object: the tool calls and outputs the run went through, the final text and the usage the SDK
-summed over its model calls.
+for another provider: a default client); `chat` is `OpenAIChatCompletionsModel`. One run per
+model, one after the other (the imports take longer than the runs). Prints one JSON object,
+by model: the tool calls and outputs the run went through, the final text and the usage the SDK
+summed over its model calls, or the error.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import traceback
 from typing import Any
 
 from agents import (
@@ -38,9 +40,8 @@ def get_weather(city: str) -> str:
     return f"It is 4 degrees and raining in {city}."
 
 
-async def main(base_url: str, key: str, model: str, mode: str) -> dict[str, Any]:
-    # Traces would otherwise be exported to OpenAI's servers.
-    set_tracing_disabled(True)
+async def run(base_url: str, key: str, model: str, mode: str) -> dict[str, Any]:
+    calls.clear()
     client = AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0)
     if mode == "responses":
         set_default_openai_client(client, use_for_tracing=False)
@@ -68,7 +69,7 @@ async def main(base_url: str, key: str, model: str, mode: str) -> dict[str, Any]
             outputs.append(str(event.item.output))
     usage = result.context_wrapper.usage
     return {
-        "tool_calls": calls,
+        "tool_calls": list(calls),
         "tool_outputs": outputs,
         "final": ItemHelpers.text_message_outputs(result.new_items),
         "final_output": str(result.final_output),
@@ -79,5 +80,18 @@ async def main(base_url: str, key: str, model: str, mode: str) -> dict[str, Any]
     }
 
 
+async def main(base_url: str, mode: str, pairs: list[str]) -> dict[str, Any]:
+    # Traces would otherwise be exported to OpenAI's servers.
+    set_tracing_disabled(True)
+    results: dict[str, Any] = {}
+    for pair in pairs:
+        model, _, key = pair.partition("=")
+        try:
+            results[model] = await run(base_url, key, model, mode)
+        except Exception:
+            results[model] = {"error": traceback.format_exc()}
+    return results
+
+
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(*sys.argv[1:5]))))
+    print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3:]))))

@@ -1,16 +1,18 @@
 """LangChain's chat models through the gateway: invoke, then a streamed tool loop.
 
-Usage: langchain_chat.py openai|anthropic|ollama GATEWAY_URL API_KEY MODEL
+Usage: langchain_chat.py openai|anthropic|ollama GATEWAY_URL MODEL=API_KEY...
 
-One plain `invoke`, then with `bind_tools`: a streamed turn that calls the tool, the tool's
-result, and a streamed turn that answers. Prints one JSON object with the texts, the tool call
-and each call's `usage_metadata`.
+For each model, one after the other (the imports take longer than the calls): one plain
+`invoke`, then with `bind_tools` a streamed turn that calls the tool, the tool's result, and a
+streamed turn that answers. Prints one JSON object, by model: the texts, the tool call and each
+call's `usage_metadata`, or the error.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import traceback
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -60,7 +62,7 @@ def usage(message: Any) -> dict[str, int] | None:
     return None if meta is None else {k: meta[k] for k in ("input_tokens", "output_tokens")}
 
 
-def main(kind: str, url: str, key: str, model: str) -> dict[str, Any]:
+def run(kind: str, url: str, key: str, model: str) -> dict[str, Any]:
     llm = chat_model(kind, url, key, model)
     plain = llm.invoke("Say hello.")
     bound = llm.bind_tools([get_weather])
@@ -83,5 +85,16 @@ def main(kind: str, url: str, key: str, model: str) -> dict[str, Any]:
     }
 
 
+def main(kind: str, url: str, pairs: list[str]) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for pair in pairs:
+        model, _, key = pair.partition("=")
+        try:
+            results[model] = run(kind, url, key, model)
+        except Exception:
+            results[model] = {"error": traceback.format_exc()}
+    return results
+
+
 if __name__ == "__main__":
-    print(json.dumps(main(*sys.argv[1:5])))
+    print(json.dumps(main(sys.argv[1], sys.argv[2], sys.argv[3:])))
