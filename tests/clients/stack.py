@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -93,14 +93,13 @@ class Stack:
     database_url: str
     admin_key: str
     _users: int = 0
-    extra: list[ThreadServer] = field(default_factory=list)
 
     @property
     def url(self) -> str:
         return self.gateway.url
 
     def close(self) -> None:
-        for server in [self.gateway, *self.sims.values(), *self.extra]:
+        for server in [self.gateway, *self.sims.values()]:
             server.stop()
 
     def user(self) -> tuple[str, str]:

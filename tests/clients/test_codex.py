@@ -9,7 +9,6 @@ not, as the call's output, and the model answers: two streamed requests, both ac
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +60,10 @@ def check_exchange(stack: Stack, events: list[dict[str, Any]], engine: str, mark
     calls = [m for m in second.body["messages"] if m["role"] == "assistant" and m.get("tool_calls")]
     results = [m for m in second.body["messages"] if m["role"] == "tool"]
     assert len(calls) == 1 and len(results) == 1, second.body["messages"]
-    assert (
-        results[0].get("tool_call_id", calls[0]["tool_calls"][0]["id"])
-        == (calls[0]["tool_calls"][0]["id"])
-    )
-    assert json.dumps(results[0]["content"]).strip('"')
+    call_id = calls[0]["tool_calls"][0]["id"]
+    # Ollama's wire pairs a result with its call by the tool's name where ids are missing.
+    assert results[0].get("tool_call_id", call_id) == call_id
+    assert results[0]["content"], "Codex sent an empty output"
     return records
 
 
