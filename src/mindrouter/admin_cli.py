@@ -47,12 +47,17 @@ def _fail(message: str, code: int = 1) -> int:
     return code
 
 
+def _config_error(exc: ConfigError) -> int:
+    print(exc.report("mindrouter: configuration error: "), file=sys.stderr)
+    return 2
+
+
 def _command(action: Action, *, migrating: bool = False) -> Callable[[argparse.Namespace], int]:
     def run(ns: argparse.Namespace) -> int:
         try:
             settings = load_settings(ns.config)
         except ConfigError as exc:
-            return _fail(f"configuration error: {exc}", 2)
+            return _config_error(exc)
         return asyncio.run(_execute(settings.database_url, ns, action, migrating))
 
     return run
@@ -67,7 +72,7 @@ async def _execute(url: str, ns: argparse.Namespace, action: Action, migrating: 
     except (DatabaseNotMigrated, DatabaseUnavailable, MigrationFailed) as exc:
         return _fail(str(exc))
     except ConfigError as exc:
-        return _fail(f"configuration error: {exc}", 2)
+        return _config_error(exc)
     except MindRouterError as exc:
         return _fail(exc.message)
     finally:

@@ -79,6 +79,19 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
     return 0
 
 
+def _config_check(ns: argparse.Namespace) -> int:
+    """Loads the file as `serve` would; a ConfigError reaches `main`, which prints each
+    problem."""
+    from mindrouter.settings import load_settings
+
+    s = load_settings(ns.config)
+    print(
+        f"{ns.config}: valid ({len(s.groups)} groups, {len(s.users)} users, "
+        f"{len(s.backends)} backends, {len(s.models)} models)"
+    )
+    return 0
+
+
 def _demo(ns: argparse.Namespace) -> int:
     from mindrouter.demo import main
 
@@ -103,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen port (default: the config's, else 8000)")
     serve.set_defaults(run=_serve)
 
+    config = sub.add_parser("config", help="check a configuration file")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    check = config_sub.add_parser(
+        "check", help="list every problem of the file; exit 2 when there is one"
+    )
+    check.add_argument("--config", required=True, help="YAML configuration file")
+    check.set_defaults(run=_config_check)
+
     demo = sub.add_parser("demo", help="run the gateway with simulated backends, no setup")
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=8000)
@@ -125,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = ns.run(ns)
     except ConfigError as exc:
-        print(f"mindrouter: configuration error: {exc}", file=sys.stderr)
+        print(exc.report("mindrouter: configuration error: "), file=sys.stderr)
         return 2
     return code
 
