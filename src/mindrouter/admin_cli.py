@@ -196,20 +196,27 @@ async def _users_deactivate(stores: SqlStores, ns: argparse.Namespace) -> None:
 
 async def _groups_create(stores: SqlStores, ns: argparse.Namespace) -> None:
     group = await stores.directory.create_group(
-        ns.name, GroupLimits(**_given(ns, ("scheduler_weight", *LIMITS)))
+        ns.name, GroupLimits(**_given(ns, ("scheduler_weight", *LIMITS))), ns.model
     )
     print(f"created group {group.name}")
 
 
 async def _groups_list(stores: SqlStores, ns: argparse.Namespace) -> None:
-    rows = [[g.name, _limits(g.limits)] for g in await stores.directory.list_groups()]
-    _table(("NAME", "LIMITS (0 = unlimited)"), rows)
+    rows = [
+        [g.name, _limits(g.limits), "all" if g.models is None else " ".join(g.models)]
+        for g in await stores.directory.list_groups()
+    ]
+    _table(("NAME", "LIMITS (0 = unlimited)", "MODELS"), rows)
 
 
 async def _groups_update(stores: SqlStores, ns: argparse.Namespace) -> None:
     changes = _given(ns, ("scheduler_weight", *LIMITS))
     if hasattr(ns, "rename"):
         changes["name"] = ns.rename
+    if hasattr(ns, "model"):
+        changes["models"] = ns.model
+    if getattr(ns, "all_models", False):
+        changes["models"] = None
     group = await stores.directory.update_group(ns.name, cast(GroupChanges, changes))
     print(f"updated group {group.name}")
 
@@ -303,6 +310,16 @@ def _add(
     return parser
 
 
+def _model_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        action="append",
+        metavar="PATTERN",
+        help="a model (or fnmatch pattern, `qwen3-*`) the group may use; repeat for more; "
+        "without any, every model",
+    )
+
+
 def add_admin_commands(sub: Subparsers) -> None:
     """Registers migrate, keys, users, groups and backends on the `mindrouter` subparsers."""
     help_text = "apply the database migrations, then the config's groups, users, backends"
@@ -339,11 +356,14 @@ def add_admin_commands(sub: Subparsers) -> None:
     p = _add(groups, "create", _groups_create, "create a group")
     p.add_argument("name")
     _limit_flags(p, inherit=False)
+    _model_flag(p)
     _add(groups, "list", _groups_list, "list groups")
     p = _add(groups, "update", _groups_update, "change a group's limits", partial=True)
     p.add_argument("name")
     p.add_argument("--rename", metavar="NEW_NAME")
     _limit_flags(p, inherit=False)
+    _model_flag(p)
+    p.add_argument("--all-models", action="store_true", help="let the group use every model again")
 
     backends = _verbs(sub, "backends", "backends")
     _add(backends, "list", _backends_list, "list backends")

@@ -28,6 +28,8 @@ class GroupSettings:
     rpm: int = 0
     max_concurrent: int = 0
     budget_period_days: int = 30
+    # fnmatch patterns of the models the group may use; None: every model.
+    models: list[str] | None = None
 
 
 @dataclass(slots=True)
@@ -100,6 +102,7 @@ def _group(s: Section) -> GroupSettings:
         rpm=s.integer("rpm", 0, (0, INT4_MAX)),
         max_concurrent=s.integer("max_concurrent", 0, (0, INT4_MAX)),
         budget_period_days=s.integer("budget_period_days", 30, (1, MAX_EXPIRES_DAYS)),
+        models=s.strings("models", []) if s.has("models") else None,
     )
     s.finish()
     return g

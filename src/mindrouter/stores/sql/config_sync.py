@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from mindrouter.errors import InvalidRequest
 from mindrouter.settings import ConfigError, Settings
 from mindrouter.stores.records import LIMIT_FIELDS, GroupLimits
-from mindrouter.stores.sql.epoch import bump_epoch
+from mindrouter.stores.sql.epoch import bump_catalog_epoch, bump_epoch
 from mindrouter.stores.sql.schema import backends, groups, models, users
 from mindrouter.stores.sql.transactions import AnyRow, utcnow, writing
 
@@ -58,7 +58,7 @@ async def apply_config(stores: SqlStores, settings: Settings) -> SyncReport:
 async def _apply(conn: AsyncConnection, settings: Settings, report: SyncReport) -> None:
     limits_changed = False
     for g in settings.groups:
-        values = {f: getattr(g, f) for f in LIMIT_FIELDS}
+        values = {f: getattr(g, f) for f in LIMIT_FIELDS} | {"models": g.models}
         limits_changed |= await _upsert(
             conn, groups, name=g.name, values=values, what="group", report=report
         )
@@ -123,6 +123,8 @@ async def _apply(conn: AsyncConnection, settings: Settings, report: SyncReport) 
         )
     if limits_changed:
         await bump_epoch(conn)
+    if report.changed:
+        await bump_catalog_epoch(conn)
 
 
 async def _upsert(
