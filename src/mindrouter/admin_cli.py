@@ -124,6 +124,10 @@ async def _migrate(stores: SqlStores, ns: argparse.Namespace) -> None:
     print(f"database at revision {state.current} (was {before or 'empty'})")
     report = await apply_config(stores, load_settings(ns.config))
     print(f"config applied: {len(report.created)} created, {len(report.updated)} updated")
+    for line in report.differences:
+        print(f"changed {line}")
+    for name in report.only_in_database:
+        print(f"kept {name}: in the database only (made through the admin API or CLI)")
 
 
 # -- keys ------------------------------------------------------------------------------------

@@ -70,6 +70,7 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         graceful=settings.shutdown_grace_s + 5.0,
         on_signal=app.state.drain.begin,
     )
+    _reload_on_sighup(app.state.config_reload, ns.config)
     print(f"MindRouter listening on {server.url}", flush=True)
     if settings.metrics_port is not None:
         metrics = InLoopServer(app.state.metrics_app, host=host, port=settings.metrics_port)
@@ -90,6 +91,21 @@ def _config_check(ns: argparse.Namespace) -> int:
         f"{len(s.backends)} backends, {len(s.models)} models)"
     )
     return 0
+
+
+def _reload_on_sighup(reload: Any, path: str) -> None:
+    """SIGHUP re-reads the file (see config_reload.py); one reload at a time."""
+    import asyncio
+    import signal
+
+    pending: set[asyncio.Task[bool]] = set()
+
+    def on_hup() -> None:
+        task = asyncio.ensure_future(reload.reload(path))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
 
 
 def _demo(ns: argparse.Namespace) -> int:

@@ -35,9 +35,11 @@ from mindrouter.settings_cluster import (
 )
 from mindrouter.settings_cluster import (
     GroupSettings,
-    ModelSettings,
     UserSettings,
     read_cluster,
+)
+from mindrouter.settings_cluster import (
+    ModelSettings as ModelSettings,
 )
 from mindrouter.settings_fields import ConfigError as ConfigError
 from mindrouter.settings_fields import Section

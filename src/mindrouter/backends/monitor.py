@@ -76,11 +76,23 @@ class BackendMonitor:
             except Exception:
                 log.exception("health round failed")
 
+    async def retarget(self, targets: list[MonitorTarget]) -> None:
+        """Checks `targets` (the catalog's backends, which changed) from now on; new ones and
+        ones whose address changed are checked at once, before routing relies on them."""
+        before = {t.name: t for t in self.targets}
+        self.targets = targets
+        self._states = {b.name: b for b in self.catalog.backends}
+        fresh = [t for t in targets if before.get(t.name) != t]
+        if fresh and self._session is not None:
+            await asyncio.gather(*(self.check(t) for t in fresh))
+
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(t) for t in self.targets))
 
     async def check(self, target: MonitorTarget) -> None:
-        state = self._states[target.name]
+        state = self._states.get(target.name)
+        if state is None:
+            return  # removed from the catalog since the round began
         try:
             probe = await self._probe(target)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:

@@ -1,8 +1,9 @@
 """Models, their aliases and capabilities, and the backends that serve each of them.
 
-Pure state: built from settings at start, read on every request. A model named by a backend but
-not described in the config gets defaults guessed from its name (an "embed" model embeds, a
-"rerank" model reranks).
+Pure state, read on every request: built from the settings at start, then replaced in place
+(`replace`) whenever the database's backends or models change, so every holder of the catalog
+sees the new one. A model named by a backend but not described gets defaults guessed from its
+name (an "embed" model embeds, a "rerank" model reranks), or what discovery learnt of it.
 """
 
 from __future__ import annotations
@@ -131,16 +132,25 @@ def guess_spec(name: str) -> ModelSpec:
 
 class Catalog:
     def __init__(self, models: list[ModelSpec], backends: list[BackendState]) -> None:
-        self.backends = backends
+        self.backends: list[BackendState] = []
         self._specs: dict[str, ModelSpec] = {}
         self._alias: dict[str, str] = {}
         self._last_used: dict[str, float] = {}
+        self.replace(models, backends)
+
+    def replace(self, models: list[ModelSpec], backends: list[BackendState]) -> None:
+        """The described models and the backends from now on. The list of backends is changed
+        in place; a model served but not described keeps what was known of it (discovered
+        context length) or gets the guessed defaults."""
+        before = self._specs
+        self._specs, self._alias = {}, {}
         for spec in models:
             self._add(spec)
         for b in backends:
             for model in b.serves:
                 if model not in self._alias:
-                    self._add(guess_spec(model))
+                    self._add(before.get(model) or guess_spec(model))
+        self.backends[:] = backends
 
     def _add(self, spec: ModelSpec) -> None:
         self._specs[spec.name] = spec
