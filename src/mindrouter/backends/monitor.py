@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from mindrouter.backends.probe import (
+    OllamaShown,
     Probe,
     probe_llamacpp,
     probe_ollama,
@@ -48,7 +49,7 @@ class BackendMonitor:
         self.interval = interval
         self.timeout = timeout
         self._states = {b.name: b for b in catalog.backends}
-        self._contexts: dict[str, dict[str, int | None]] = {}
+        self._shown: dict[str, dict[str, OllamaShown]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -115,10 +116,7 @@ class BackendMonitor:
         if t.engine == "llamacpp":
             return await probe_llamacpp(s, t.url)
         if t.engine == "ollama":
-            known = self._contexts.setdefault(t.name, {})
-            probe = await probe_ollama(s, t.url, known)
-            known.update(probe.models)
-            return probe
+            return await probe_ollama(s, t.url, self._shown.setdefault(t.name, {}))
         headers = {"authorization": f"Bearer {t.api_key}"} if t.api_key else None
         return await probe_openai(s, t.url, headers)
 
@@ -130,7 +128,9 @@ class BackendMonitor:
         if target.discover and probe.models:
             served: dict[str, str] = {}
             for upstream, context in probe.models.items():
-                model = self.catalog.add_discovered(upstream, context)
+                model = self.catalog.add_discovered(
+                    upstream, context, probe.capabilities.get(upstream)
+                )
                 served[model] = upstream
             state.serves = served
         by_upstream = {up: model for model, up in state.serves.items()}

@@ -136,6 +136,7 @@ class Catalog:
         self._specs: dict[str, ModelSpec] = {}
         self._alias: dict[str, str] = {}
         self._last_used: dict[str, float] = {}
+        self._described: set[str] = set()
         self.replace(models, backends)
 
     def replace(self, models: list[ModelSpec], backends: list[BackendState]) -> None:
@@ -146,6 +147,7 @@ class Catalog:
         self._specs, self._alias = {}, {}
         for spec in models:
             self._add(spec)
+        self._described = set(self._alias)
         for b in backends:
             for model in b.serves:
                 if model not in self._alias:
@@ -168,15 +170,24 @@ class Catalog:
             raise ModelNotFound(name)
         return self._specs[canonical]
 
-    def add_discovered(self, upstream: str, context_length: int | None) -> str:
-        """A model a backend reports: the gateway's name for it (an existing name or alias, else
-        the backend's own name, added with what the backend says of its context)."""
+    def add_discovered(
+        self,
+        upstream: str,
+        context_length: int | None,
+        capabilities: frozenset[str] | None = None,
+    ) -> str:
+        """A model a backend reports: the gateway's name for it. A described model (a name or
+        alias of the `models` the admin gave) keeps its description: that is how capabilities
+        and context are overridden per model. Otherwise the backend's own name, with what the
+        backend says of its context and capabilities, else guessed from the name."""
         for name in (upstream, upstream.removesuffix(":latest")):
-            if name in self._alias:
+            if name in self._described:
                 return self._alias[name]
         spec = guess_spec(upstream)
         if context_length:
             spec.context_length = context_length
+        if capabilities:
+            spec.capabilities = capabilities
         self._add(spec)
         return spec.name
 
