@@ -130,6 +130,7 @@ class CatalogSync:
             if m.enabled
         ]
         specs = model_specs(models)
+        retired = frozenset(n for m in rows.models if not m.enabled for n in (m.name, *m.aliases))
         configs = [settings_of(r, file.get(r.name)) for r in rows.backends if r.enabled]
         current = {b.name: b for b in self.catalog.backends}
         states: list[BackendState] = []
@@ -146,7 +147,7 @@ class CatalogSync:
                 if c.models is not None or before is None or before.models is not None:
                     state.serves = fresh.serves
             states.append(state)
-        self.catalog.replace(specs, states)
+        self.catalog.replace(specs, states, retired)
         kept = {c.name: c for c in configs}
         for name, adapter in list(self.adapters.items()):
             config = kept.get(name)

@@ -18,6 +18,7 @@ from mindrouter.serving import ThreadServer
 from mindrouter.settings import settings_from_dict
 from mindrouter.sim import build_sim_app
 from mindrouter.sim.config import SimConfig, SimModel
+from mindrouter.stores.sql import open_stores
 from tests.gateway.stack import prepare_database, sqlite_url
 
 HEALTH_INTERVAL_S = 0.5
@@ -30,7 +31,7 @@ class Discovered:
         if engine == "ollama":
             models.append(SimModel("gamma-embed", 2048, kind="embedding"))
         self.sim = ThreadServer(build_sim_app(SimConfig(engine=engine, models=models))).start()  # type: ignore[arg-type]
-        url = sqlite_url()
+        url = self.url = sqlite_url()
         config: dict[str, Any] = {
             "database_url": url,
             "secret_key": "test-secret",
@@ -109,3 +110,29 @@ def test_models_are_discovered_and_disappear(discovered: tuple[str, Discovered])
         time.sleep(0.05)
     print(f"{engine}: removed model gone after {time.monotonic() - start:.2f} s")
     assert "beta-chat" in d.listed()
+
+
+async def _disable(url: str, model: str, enabled: bool) -> None:
+    stores = open_stores(url)
+    try:
+        await stores.catalog.update_model(model, {"enabled": enabled})
+    finally:
+        await stores.aclose()
+
+
+def test_a_disabled_model_is_retired_even_where_discovered() -> None:
+    d = Discovered("vllm")
+    try:
+        asyncio.run(_disable(d.url, "beta-chat", False))
+        start = time.monotonic()
+        while "beta-chat" in d.listed():
+            assert time.monotonic() - start < DEADLINE_S, "the disabled model is still listed"
+            time.sleep(0.05)
+        time.sleep(3 * HEALTH_INTERVAL_S)  # health checks that report it again change nothing
+        assert d.listed() == ["alpha-chat"]
+        asyncio.run(_disable(d.url, "beta-chat", True))
+        while "beta-chat" not in d.listed():
+            assert time.monotonic() - start < DEADLINE_S, "the enabled model is not back"
+            time.sleep(0.05)
+    finally:
+        d.close()

@@ -131,7 +131,8 @@ class BackendMonitor:
                 model = self.catalog.add_discovered(
                     upstream, context, probe.capabilities.get(upstream)
                 )
-                served[model] = upstream
+                if model is not None:
+                    served[model] = upstream
             state.serves = served
         by_upstream = {up: model for model, up in state.serves.items()}
         if probe.loaded is None:

@@ -137,18 +137,27 @@ class Catalog:
         self._alias: dict[str, str] = {}
         self._last_used: dict[str, float] = {}
         self._described: set[str] = set()
+        self._retired: frozenset[str] = frozenset()
         self.replace(models, backends)
 
-    def replace(self, models: list[ModelSpec], backends: list[BackendState]) -> None:
+    def replace(
+        self,
+        models: list[ModelSpec],
+        backends: list[BackendState],
+        retired: frozenset[str] = frozenset(),
+    ) -> None:
         """The described models and the backends from now on. The list of backends is changed
         in place; a model served but not described keeps what was known of it (discovered
-        context length) or gets the guessed defaults."""
+        context length) or gets the guessed defaults. `retired` models (disabled by an admin)
+        are served by no backend, whether listed or discovered."""
         before = self._specs
         self._specs, self._alias = {}, {}
+        self._retired = retired
         for spec in models:
             self._add(spec)
         self._described = set(self._alias)
         for b in backends:
+            b.serves = {m: up for m, up in b.serves.items() if m not in retired}
             for model in b.serves:
                 if model not in self._alias:
                     self._add(before.get(model) or guess_spec(model))
@@ -175,12 +184,14 @@ class Catalog:
         upstream: str,
         context_length: int | None,
         capabilities: frozenset[str] | None = None,
-    ) -> str:
-        """A model a backend reports: the gateway's name for it. A described model (a name or
-        alias of the `models` the admin gave) keeps its description: that is how capabilities
-        and context are overridden per model. Otherwise the backend's own name, with what the
+    ) -> str | None:
+        """A model a backend reports: the gateway's name for it (None for a retired one). A
+        described model (a name or alias of the `models` the admin gave) keeps its description:
+        that is how capabilities and context are overridden per model. Otherwise the backend's own name, with what the
         backend says of its context and capabilities, else guessed from the name."""
         for name in (upstream, upstream.removesuffix(":latest")):
+            if name in self._retired:
+                return None
             if name in self._described:
                 return self._alias[name]
         spec = guess_spec(upstream)
