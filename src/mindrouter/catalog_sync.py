@@ -23,6 +23,7 @@ import contextlib
 
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.backends.monitor import BackendMonitor
+from mindrouter.backends.ollama import OllamaAdapter
 from mindrouter.components import backend_adapter, backend_state, model_specs, monitor_target
 from mindrouter.observability.logging import log
 from mindrouter.routing.catalog import BackendState, Catalog
@@ -158,6 +159,12 @@ class CatalogSync:
         for c, state in zip(configs, states, strict=True):
             if c.name not in self.adapters:
                 self.adapters[c.name] = backend_adapter(c, state, self.catalog, self.settings)
+            elif isinstance(adapter := self.adapters[c.name], OllamaAdapter):
+                # Ollama is sent each model's context window: the described one, as it is now.
+                adapter.context_lengths = {
+                    up: self.catalog.resolve(model).context_length
+                    for model, up in state.serves.items()
+                }
         added = sorted(set(kept) - set(current))
         removed = sorted(set(current) - set(kept))
         self._configs = kept

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from mindrouter.errors import ModelNotFound
 from mindrouter.identity.access import may_use
+from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.services import Services
 from mindrouter.routing.catalog import ModelSpec
@@ -43,13 +44,18 @@ async def resolve_allowed(services: Services, ctx: RequestContext, name: str) ->
         user_agent=ctx.user_agent,
         request_id=ctx.request_id,
     )
-    await services.audit.begin(start)
-    services.audit.complete(
-        start.uuid,
-        AuditOutcome(
-            status="error",
-            error_message=f"model {spec.name!r} is not available to group {p.group_name!r}",
-            completed_at=datetime.now(UTC),
-        ),
-    )
+    try:
+        await services.audit.begin(start)
+    except Exception as exc:
+        # The answer stays the not-found one: an audit failure must not tell the caller more.
+        log.error("audit record of a refused model not written", error=str(exc), model=name)
+    else:
+        services.audit.complete(
+            start.uuid,
+            AuditOutcome(
+                status="error",
+                error_message=f"model {spec.name!r} is not available to group {p.group_name!r}",
+                completed_at=datetime.now(UTC),
+            ),
+        )
     raise ModelNotFound(name)

@@ -187,8 +187,9 @@ class Catalog:
     ) -> str | None:
         """A model a backend reports: the gateway's name for it (None for a retired one). A
         described model (a name or alias of the `models` the admin gave) keeps its description:
-        that is how capabilities and context are overridden per model. Otherwise the backend's own name, with what the
-        backend says of its context and capabilities, else guessed from the name."""
+        that is how capabilities and context are overridden per model. Otherwise the backend's
+        own name, with what the backend says of its context and capabilities, else guessed
+        from the name."""
         for name in (upstream, upstream.removesuffix(":latest")):
             if name in self._retired:
                 return None
