@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, Phase, assume, example, given, settings
 from hypothesis import strategies as st
 from starlette.routing import Route
@@ -32,6 +33,9 @@ from tests.fuzz.wire import (
     query,
     segment,
 )
+
+# Each test takes 5–60 s on the shared 2-core machine; the first one also starts the gateways.
+pytestmark = pytest.mark.timeout(300)
 
 # Requests per test and database (each test sends at least this many).
 BUDGET = {
