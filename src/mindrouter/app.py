@@ -13,8 +13,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from mindrouter.backends.monitor import BackendMonitor, MonitorTarget
-from mindrouter.components import build_adapters, build_catalog, build_limits
+from mindrouter.backends.monitor import BackendMonitor
+from mindrouter.catalog_sync import CatalogSync
+from mindrouter.components import build_adapters, build_catalog, build_limits, monitor_target
+from mindrouter.config_reload import ConfigReload, log_sync_report
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
 from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
@@ -160,13 +162,19 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         services.clock,
     )
     monitor = BackendMonitor(
-        catalog,
-        [
-            MonitorTarget(b.name, b.engine, b.url, b.models is None, b.api_key)
-            for b in settings.backends
-        ],
-        interval=settings.health_interval_s,
+        catalog, [monitor_target(b) for b in settings.backends], interval=settings.health_interval_s
     )
+    catalog_sync = CatalogSync(
+        stores.catalog,
+        settings,
+        catalog,
+        adapters,
+        monitor,
+        gate=gate,
+        slots=slots,
+        breakers=breakers,
+    )
+    config_reload = ConfigReload(stores, catalog_sync, settings)
     responses = SqlResponseStore(stores.engine, settings.responses_retention_days)
     housekeeping = Housekeeping([Chore("expired responses", 3600.0, responses.purge)])
     retention = AuditRetention(stores.audit_log, settings.audit_retention_days)
@@ -177,6 +185,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         usage,
         adapters,
         monitor,
+        catalog_sync,
         leases,
         drain,
         housekeeping,
@@ -188,8 +197,9 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await apply_config(stores, settings)
+        log_sync_report(await apply_config(stores, settings))
         await authenticator.start()
+        await catalog_sync.start()
         await usage.start()
         await leases.start()
         await monitor.start()
@@ -223,6 +233,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.runtime = runtime
     app.state.drain = drain
+    app.state.config_reload = config_reload
     trusted = TrustedProxies(settings.trusted_proxies)
     app.state.trusted_proxies = trusted
     app.state.connection_policy = ConnectionPolicy(
