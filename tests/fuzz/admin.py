@@ -3,11 +3,15 @@ serves to admin keys, with valid and invalid requests generated from its schemas
 
 Cases that would change or delete what the other fuzzing needs (the two users, their group, the
 configured backends and models, the two keys) are left out; everything else the admin API
-offers is fair game, creations and deletions included.
+offers is fair game, creations and deletions included. Backends created or changed here are
+live (the gateway probes them), so every backend URL the API would accept is pointed at a
+closed port on this machine: no request leaves it.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 from urllib.parse import unquote
 
@@ -54,6 +58,16 @@ def _params(params: Any) -> list[tuple[str, str]]:
 
 
 BASE = "http://gateway"
+# Port 9 (discard) is closed here: a backend there is simply down.
+NOWHERE = "http://127.0.0.1:9"
+_ACCEPTED_URL = re.compile(r"^https?://")
+
+
+def _local_urls(body: Any) -> Any:
+    url = body.get("url") if isinstance(body, dict) else None
+    if isinstance(url, str) and _ACCEPTED_URL.match(url):
+        return {**body, "url": NOWHERE}
+    return body
 
 
 def as_request(case: Case) -> dict[str, Any]:
@@ -67,8 +81,16 @@ def as_request(case: Case) -> dict[str, Any]:
         "route": case.operation.path,
     }
     if "json" in kwargs:
-        out["json_body"] = kwargs["json"]
+        out["json_body"] = _local_urls(kwargs["json"])
     elif kwargs.get("data") is not None:
         data = kwargs["data"]
-        out["content"] = data if isinstance(data, bytes) else str(data).encode()
+        raw = data if isinstance(data, bytes) else str(data).encode()
+        try:
+            parsed = json.loads(raw)
+        except ValueError:
+            parsed = None
+        # Bytes that happen to be a backend with an acceptable URL get the local one too.
+        if isinstance(parsed, dict) and _local_urls(parsed) is not parsed:
+            raw = json.dumps(_local_urls(parsed)).encode()
+        out["content"] = raw
     return out
