@@ -23,7 +23,7 @@ from mindrouter.http.anthropic_routes import anthropic_routes
 from mindrouter.http.common import TrustedProxies, json_response, new_context
 from mindrouter.http.connections import ConnectionPolicy
 from mindrouter.http.disconnect import CancelOnDisconnect
-from mindrouter.http.edge import Edge
+from mindrouter.http.edge import Edge, MetricsPortEdge
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
@@ -277,9 +277,10 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    # With `metrics_port`, a second listener serves only /metrics, without a key (the port is
-    # meant for the cluster's network); `serve` starts it.
-    app.state.metrics_app = Starlette(routes=[Route("/metrics", prometheus, methods=["GET"])])
+    # With `metrics_port`, a second listener serves only /metrics; `serve` starts it.
+    app.state.metrics_app = MetricsPortEdge(
+        Starlette(routes=[Route("/metrics", prometheus, methods=["GET"])]), settings.metrics_token
+    )
     app.add_route("/metrics", prometheus, methods=["GET"], include_in_schema=False)
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.add_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
