@@ -1,7 +1,7 @@
 """Canonical requests → OpenAI wire JSON, for every engine that speaks it (pure, no I/O).
 
 vLLM, llama.cpp and generic OpenAI-compatible servers share the body; a `Flavor` says what each
-accepts beyond the standard fields (PROTOCOLS §4.3, §5, §6.2).
+accepts beyond the standard fields.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A simulated Ollama server (PROTOCOLS.md §3): `/api/chat`, `/api/generate` and the catalogue.
+"""A simulated Ollama server: `/api/chat`, `/api/generate` and the catalogue.
 
 Behaviours worth knowing:
 - `stream` defaults to true when absent (the SDK always sends it explicitly).
