@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -253,7 +254,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.add_middleware(CancelOnDisconnect)
 
     async def healthz(request: Request) -> Response:
-        return json_response({"status": "ok"}, new_context(request, "openai"))
+        # The pid tells apart the workers of `serve --workers` behind one port.
+        return json_response({"status": "ok", "pid": os.getpid()}, new_context(request, "openai"))
 
     async def readyz(request: Request) -> Response:
         ctx = new_context(request, "openai")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import socket
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -15,15 +17,28 @@ def _serve(ns: argparse.Namespace) -> int:
     from mindrouter.observability.logging import configure_logging, log
     from mindrouter.settings import load_settings
     from mindrouter.settings_sources import secret_key_problem
+    from mindrouter.workers import WorkersRefused, check_shared_state, worker_count
 
     settings = load_settings(ns.config)
     configure_logging(settings.log_level)
+    try:
+        workers = worker_count(ns.workers)
+        check_shared_state(workers, settings.redis_url)
+    except (ValueError, WorkersRefused) as exc:
+        print(f"mindrouter serve: {exc}", file=sys.stderr)
+        return 2
     problem = secret_key_problem(settings.secret_key)
     if problem is not None:
         log.warning(
             f"{problem}: set a long random one with MINDROUTER_SECRET_KEY or secret_key_file",
             config=ns.config,
         )
+    if workers > 1 and ns.listen_fd is None:
+        from mindrouter.workers import Supervisor
+
+        host = ns.host or settings.host
+        port = ns.port if ns.port is not None else settings.port
+        return Supervisor(ns.config, host, port, workers).run()
     with contextlib.suppress(KeyboardInterrupt):
         return _event_loop_runner()(_serve_async(settings, ns))
     return 0
@@ -60,6 +75,10 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         return 1
     host = ns.host or settings.host
     port = ns.port if ns.port is not None else settings.port
+    # A worker of `serve --workers` serves the supervisor's socket (see workers.py).
+    inherited = None if ns.listen_fd is None else socket.socket(fileno=ns.listen_fd)
+    if inherited is not None:
+        host = inherited.getsockname()[0]
     app = build_app(settings, stores)
     # The server waits a little past the grace period: streams end with their in-band error
     # when it is over, and that last event must still reach the clients.
@@ -69,13 +88,22 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         port=port,
         graceful=settings.shutdown_grace_s + 5.0,
         on_signal=app.state.drain.begin,
+        sock=inherited,
     )
     _reload_on_sighup(app.state.config_reload, ns.config)
-    print(f"MindRouter listening on {server.url}", flush=True)
+    if inherited is None:
+        print(f"MindRouter listening on {server.url}", flush=True)
+    else:
+        print(f"MindRouter worker {ns.worker_index} (pid {os.getpid()}) serving", flush=True)
     if settings.metrics_port is not None:
-        metrics = InLoopServer(app.state.metrics_app, host=host, port=settings.metrics_port)
+        # Each worker has its own counters, so its own listener: worker i on metrics_port + i.
+        metrics_port = settings.metrics_port
+        if metrics_port and ns.worker_index:
+            metrics_port += ns.worker_index
+        metrics = InLoopServer(app.state.metrics_app, host=host, port=metrics_port)
         await metrics.start()
-        print(f"Metrics on {metrics.url}/metrics", flush=True)
+        whose = "" if inherited is None else f" of worker {ns.worker_index}"
+        print(f"Metrics{whose} on {metrics.url}/metrics", flush=True)
     await server.serve_forever()
     return 0
 
@@ -130,6 +158,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", required=True, help="YAML configuration file")
     serve.add_argument("--host", help="listen address (default: the config's, else 127.0.0.1)")
     serve.add_argument("--port", type=int, help="listen port (default: the config's, else 8000)")
+    serve.add_argument(
+        "--workers",
+        default="1",
+        help="gateway processes on the one port: a number, or 'auto' for one per core "
+        "(default 1; more than one needs redis_url)",
+    )
+    # Set by the supervisor of `--workers` for the processes it starts.
+    serve.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--worker-index", type=int, default=0, help=argparse.SUPPRESS)
     serve.set_defaults(run=_serve)
 
     config = sub.add_parser("config", help="check a configuration file")

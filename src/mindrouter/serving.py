@@ -87,7 +87,8 @@ class InLoopServer:
     """A uvicorn server running as a task of the current event loop.
 
     `graceful`: how long the shutdown waits for responses in flight before cancelling them;
-    `on_signal`: called on SIGTERM/SIGINT (main thread only) before the shutdown starts.
+    `on_signal`: called on SIGTERM/SIGINT (main thread only) before the shutdown starts;
+    `sock`: serve this listening socket instead of binding one.
     """
 
     def __init__(
@@ -99,8 +100,10 @@ class InLoopServer:
         *,
         graceful: float = 2.0,
         on_signal: Callable[[], None] | None = None,
+        sock: socket.socket | None = None,
     ):
-        self._sock = bind_socket(host, port)
+        # `sock`: a listening socket bound elsewhere (a `serve --workers` supervisor's).
+        self._sock = sock if sock is not None else bind_socket(host, port)
         self.host = host
         self.port: int = self._sock.getsockname()[1]
         self._server = _Server(_config(app, log_level, graceful), on_signal)
