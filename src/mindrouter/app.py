@@ -96,7 +96,7 @@ def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
 
 def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     """The ASGI app. The database must already be migrated (`serve` checks before calling)."""
-    stores = stores or open_stores(settings.database_url)
+    stores = stores or open_stores(settings.database_url, audit_commit=settings.audit_commit)
     catalog = build_catalog(settings)
     adapters = build_adapters(settings, catalog)
     authenticator = Authenticator(

@@ -66,7 +66,7 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         open_stores,
     )
 
-    stores = open_stores(settings.database_url)
+    stores = open_stores(settings.database_url, audit_commit=settings.audit_commit)
     try:
         await stores.ensure_migrated(ns.config)
     except (DatabaseNotMigrated, DatabaseUnavailable) as exc:

@@ -148,7 +148,7 @@ def curl_line(base_url: str, key: str) -> str:
 
 async def prepare_database(settings: Settings) -> str:
     """Migrates the demo database, applies the demo config and makes a fresh key for `demo`."""
-    stores = open_stores(settings.database_url)
+    stores = open_stores(settings.database_url, audit_commit=settings.audit_commit)
     try:
         await upgrade(stores.engine)
         await apply_config(stores, settings)

@@ -71,6 +71,7 @@ class Settings:
     capacity_wait_s: float = 150.0
     redis_prefix: str = "mr:"
     redis_unavailable: Literal["fail_closed", "fail_open"] = "fail_closed"
+    audit_commit: Literal["durable", "fast"] = "durable"
     trusted_proxies: list[str] = field(default_factory=list)
     # Slow or hostile clients: see docs/configuration.md#connections.
     header_timeout_s: float = 15.0
@@ -205,6 +206,9 @@ def settings_from_dict(raw: Any, base: Path | None = None) -> Settings:
     s.max_attempts = top.integer("max_attempts", s.max_attempts, (1, 100))
     s.capacity_wait_s = top.number("capacity_wait_s", s.capacity_wait_s, at_least=0)
     s.redis_prefix = top.value("redis_prefix", str, s.redis_prefix)
+    s.audit_commit = top.choice(  # type: ignore[assignment]
+        "audit_commit", ("durable", "fast"), s.audit_commit
+    )
     s.redis_unavailable = top.choice(  # type: ignore[assignment]
         "redis_unavailable", ("fail_closed", "fail_open"), s.redis_unavailable
     )

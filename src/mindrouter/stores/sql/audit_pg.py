@@ -12,6 +12,11 @@ connection the server dropped fails its batch, which is sent once more on a new 
 
 Values are converted here the way the SQLAlchemy column types would (`columns.UtcDateTime`:
 aware datetimes stored as naive UTC; JSON as text), so rows written either way read back alike.
+With `audit_commit: fast` the connection runs with `synchronous_commit = off`: a commit
+returns once it is in the server's write-ahead log buffers, before they are flushed to disk.
+The setting is made for the session when the connection opens (the connection carries nothing
+but audit transactions, so it is the same as `SET LOCAL` in each, without the extra statement).
+
 Errors leave this module as `AuditConnectionLost` (an OSError: the writer does not retry row by
 row) or `AuditRowsRejected` (the server refused the rows).
 """
@@ -131,8 +136,18 @@ def outcome_args(row: dict[str, Any]) -> tuple[Any, ...]:
 
 
 class PgAuditConnection:
-    def __init__(self, url: str | URL, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        url: str | URL,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        fast_commit: bool = False,
+    ) -> None:
         self._connect_args = connect_args(url)
+        if fast_commit:
+            settings = dict(self._connect_args.get("server_settings") or {})
+            settings["synchronous_commit"] = "off"
+            self._connect_args["server_settings"] = settings
         self._conn: asyncpg.Connection | None = None
         self._connected_at = 0.0
         self._clock = clock

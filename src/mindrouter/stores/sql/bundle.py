@@ -77,17 +77,25 @@ def open_stores(
     hasher: KeyHasher | None = None,
     pool: PoolSettings | None = None,
     echo: bool = False,
+    audit_commit: str = "durable",
 ) -> SqlStores:
     """Stores over a new engine for `url`; nothing connects until first use.
 
     The audit writer is the one store on every request's path. On PostgreSQL it writes through a
     connection of its own straight on asyncpg (`audit_pg.py`); on MariaDB through a small pool of
     its own without the ping before each checkout (it retries a batch on a dropped connection
-    instead); SQLite has a single writer anyway, so there everything shares one engine."""
-    engine = create_engine(url, pool=pool, echo=echo)
+    instead); SQLite has a single writer anyway, so there everything shares one engine.
+
+    `audit_commit="fast"`: the audit commits are not flushed to disk before they return
+    (PostgreSQL: `synchronous_commit = off` on the audit connection; SQLite: `synchronous =
+    NORMAL`, for the one shared engine). MariaDB has no such setting per session: there the
+    server's `innodb_flush_log_at_trx_commit` decides, and both modes are alike."""
+    fast = audit_commit == "fast"
+    engine = create_engine(url, pool=pool, echo=echo, fast_commit=fast)
     parsed = engine.url
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "asyncpg":
-        return SqlStores.over(engine, hasher=hasher, audit_pg=PgAuditConnection(url))
+        audit_pg = PgAuditConnection(url, fast_commit=fast)
+        return SqlStores.over(engine, hasher=hasher, audit_pg=audit_pg)
     if parsed.get_backend_name() == "sqlite":
         return SqlStores.over(engine, hasher=hasher)
     audit_engine = create_engine(url, pool=AUDIT_POOL, echo=echo, pre_ping=False)

@@ -1,9 +1,9 @@
 """The async engine for a database URL, tuned per engine.
 
 - SQLite (`sqlite+aiosqlite:///path`): the embedded default. WAL, so readers never block the
-  writer; `synchronous=NORMAL`, SQLite's recommended setting in WAL mode: a commit is written to
-  the log but not fsynced, so it survives the gateway crashing (the audit record exists before
-  any GPU work), and only a power loss or an OS crash can take the last commits back; a busy
+  writer; `synchronous=FULL` (`durable`, the default: each commit is fsynced before it returns)
+  or `NORMAL` (`fast`: written to the log but not fsynced, so it survives the gateway crashing,
+  and only a power loss or an OS crash can take the last commits back); a busy
   timeout, so a second process waits for the write lock instead of failing; foreign keys on
   (SQLite has them off per connection by default). The file and its directory are created if
   missing, readable by their owner only (SQLite gives its -wal and -shm files the database
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,10 +44,17 @@ def _json_dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+def _on_sqlite_connect(synchronous: str) -> Callable[[Any, Any], None]:
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        _sqlite_pragmas(dbapi_connection, synchronous)
+
+    return on_connect
+
+
+def _sqlite_pragmas(dbapi_connection: Any, synchronous: str) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA synchronous={synchronous}")
     cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
@@ -68,8 +76,10 @@ def create_engine(
     pool: PoolSettings | None = None,
     echo: bool = False,
     pre_ping: bool = True,
+    fast_commit: bool = False,
 ) -> AsyncEngine:
-    """An engine for `url`; no connection is made until first use."""
+    """An engine for `url`; no connection is made until first use. `fast_commit` (SQLite only,
+    where the audit writer shares the engine): commits are not fsynced (`audit_commit: fast`)."""
     parsed = make_url(url)
     pool = pool or PoolSettings()
     options: dict[str, Any] = {
@@ -95,7 +105,8 @@ def create_engine(
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
     engine = create_async_engine(parsed, **options)
     if backend == "sqlite":
-        event.listen(engine.sync_engine, "connect", _on_sqlite_connect)
+        synchronous = "NORMAL" if fast_commit else "FULL"
+        event.listen(engine.sync_engine, "connect", _on_sqlite_connect(synchronous))
     return engine
 
 
