@@ -34,7 +34,8 @@ from mindrouter.stores.records import Backend
 from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql.catalog import CatalogRows, SqlCatalog
 
-POLL_INTERVAL = 0.25
+# Changes reach every process within a second: half of it waiting for the next poll at most.
+POLL_INTERVAL = 0.5
 
 
 def settings_of(row: Backend, file: BackendSettings | None) -> BackendSettings:

@@ -218,3 +218,21 @@ async def test_only_the_probe_owner_can_release_it(deployment: Deployment) -> No
     now = asyncio.get_running_loop().time()
     cc.breaker.on_attempt(now)
     assert not await cc_shared.claim_probe(cc)
+
+
+async def test_an_idle_process_exchanges_less_often(deployment: Deployment) -> None:
+    # Counts over equal spells of the same run, idle and with a request open: only their ratio.
+    p, backend = deployment.process(interval=0.02, idle_interval=0.2)
+    await p.start()
+    await asyncio.sleep(0.05)
+    start = p.exchanges
+    await asyncio.sleep(0.6)
+    idle = p.exchanges - start
+    backend.in_flight = 1
+    p.changed()
+    start = p.exchanges
+    await asyncio.sleep(0.6)
+    busy = p.exchanges - start
+    print(f"\nexchanges in 0.6 s: idle {idle}, one request open {busy}")
+    assert idle >= 1
+    assert busy >= 3 * idle

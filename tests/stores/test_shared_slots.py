@@ -324,3 +324,28 @@ async def test_being_passed_over_is_counted_afresh_after_the_backend_was_full(
     a.gpu1.in_flight = 1
     await sync_all(a)
     assert room(a.gpu1) == 0  # a fresh wait, not the old one
+
+
+async def test_an_idle_process_exchanges_less_often_and_at_once_when_a_request_comes(
+    deployment: Deployment,
+) -> None:
+    # Counts over equal spells of the same run: idle (nothing open here, nobody waits), then
+    # with one request open. No wall-clock bound: only the ratio of the two.
+    a = deployment.process(interval=0.02, idle_interval=0.2)
+    await a.board.start()
+    await asyncio.sleep(0.05)
+    start = a.board.exchanges
+    await asyncio.sleep(0.6)
+    idle = a.board.exchanges - start
+    before = a.board.exchanges
+    a.gpu1.in_flight = 1
+    a.board.changed(a.gpu1)  # the idle pause has outlasted `interval`: exchange now
+    await asyncio.sleep(0)
+    await asyncio.sleep(0.01)
+    assert a.board.exchanges > before
+    start = a.board.exchanges
+    await asyncio.sleep(0.6)
+    busy = a.board.exchanges - start
+    print(f"\nexchanges in 0.6 s: idle {idle}, one request open {busy}")
+    assert idle >= 1
+    assert busy >= 3 * idle

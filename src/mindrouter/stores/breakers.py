@@ -2,7 +2,10 @@
 
 The breaker (`mindrouter.routing.breaker`) is read synchronously on every request, so it cannot
 wait for a network: each process keeps its own copy of every backend's breaker and a background
-task exchanges with Redis every `interval` (default 100 ms), at once after a failure. One Lua
+task exchanges with Redis every `interval` (default 100 ms), at once after a failure; every
+`idle_interval` (0.5 s) while this process has no request open on any backend, so an idle
+gateway learns of a breaker opened elsewhere within half a second, and its first request after
+the pause may find one a backend another process has just opened on. One Lua
 script per exchange pushes what happened here since the last one (a success's reset, then the
 failures counted after it) and returns the merged state of every backend. Pushing events, not
 values, lets failures from several processes add up: three failures spread over three replicas
@@ -48,6 +51,7 @@ from mindrouter.stores.outage import ExchangeLoop, Outage
 from mindrouter.stores.redis_client import short_timeout_client, text_of
 
 DEFAULT_INTERVAL = 0.1
+DEFAULT_IDLE_INTERVAL = 0.5
 DEFAULT_PROBE_LEASE = 190.0
 _TTL_S = 86_400
 
@@ -124,6 +128,7 @@ class SharedBreakers:
         prefix: str = "mr:",
         *,
         interval: float = DEFAULT_INTERVAL,
+        idle_interval: float = DEFAULT_IDLE_INTERVAL,
         probe_lease: float = DEFAULT_PROBE_LEASE,
         timeout: float = 1.0,
         retry_after: float = 1.0,
@@ -141,6 +146,7 @@ class SharedBreakers:
         self._set_backends(backends)
         self._owner = uuid.uuid4().hex  # names this process's probe leases
         self.interval = interval
+        self.idle_interval = max(interval, idle_interval)
         self.probe_lease = probe_lease
         self.timeout = timeout
         self.retry_after = retry_after
@@ -149,7 +155,7 @@ class SharedBreakers:
         self._claim = client.register_script(_CLAIM)
         self._lock = asyncio.Lock()
         self._loop = ExchangeLoop(
-            self.sync, interval=interval, retry_after=retry_after, what="breaker"
+            self.sync, interval=self._pause, retry_after=retry_after, what="breaker"
         )
         self._outage = Outage(
             "circuit breakers kept locally: Redis unreachable",
@@ -198,6 +204,10 @@ class SharedBreakers:
     def healthy(self) -> bool:
         """Whether the last exchange reached Redis."""
         return not self._outage.ongoing
+
+    def _pause(self) -> float:
+        busy = any(b.in_flight for b in self._backends)
+        return self.interval if busy else self.idle_interval
 
     # -- the request path ---------------------------------------------------------------------
 

@@ -38,7 +38,11 @@ for longer than the deferral.
 Freshness. While any process has requests waiting, exchanges run every `busy_interval` (5 ms)
 and at once when a slot is taken or given back here (never closer than `min_gap`); with nobody
 waiting they run every `interval` (50 ms), and a taken slot wakes them only when it fills a
-backend: a deployment with room to spare costs no Redis traffic per request. Views are that
+backend: a deployment with room to spare costs no Redis traffic per request. A process with no
+request open and nobody waiting anywhere exchanges every `idle_interval` (0.5 s: well inside
+`ttl`, so it stays on the board), and its first slot taken once such a pause has outlasted
+`interval` exchanges at once (at most one exchange per `interval`, as without the pause);
+an idle gateway thus costs two Redis round trips a second here, not twenty. Views are that
 stale, so when two processes' views disagree (one exchanged just before the other changed) both
 may take a backend's last slot: it then runs one request above its limit for as long as that
 takes (its engine queues it), and no further slot is handed out until the load is back under
@@ -71,6 +75,7 @@ from mindrouter.stores.slots.division import best_by_model, order, part, turns
 
 DEFAULT_INTERVAL = 0.05
 DEFAULT_BUSY_INTERVAL = 0.005
+DEFAULT_IDLE_INTERVAL = 0.5
 DEFAULT_MIN_GAP = 0.002
 DEFAULT_DEFER_LIMIT = 0.05
 DEFAULT_TTL = 2.0
@@ -103,6 +108,7 @@ class SharedSlots:
         *,
         interval: float = DEFAULT_INTERVAL,
         busy_interval: float = DEFAULT_BUSY_INTERVAL,
+        idle_interval: float = DEFAULT_IDLE_INTERVAL,
         min_gap: float = DEFAULT_MIN_GAP,
         defer_limit: float = DEFAULT_DEFER_LIMIT,
         ttl: float = DEFAULT_TTL,
@@ -111,7 +117,7 @@ class SharedSlots:
         owns_client: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        knobs = (interval, busy_interval, defer_limit, ttl, timeout, retry_after)
+        knobs = (interval, busy_interval, idle_interval, defer_limit, ttl, timeout, retry_after)
         if not all(k > 0 for k in knobs) or min_gap < 0:
             raise ValueError("the slot board's intervals and limits must be positive")
         self._client = client
@@ -121,6 +127,9 @@ class SharedSlots:
         self._me = uuid.uuid4().hex
         self.interval = interval
         self.busy_interval = busy_interval
+        # Never so long that this process's entry on the board expires between two exchanges.
+        self.idle_interval = max(interval, min(idle_interval, ttl / 3))
+        self._idle = False  # the pause running now is the idle one
         self.min_gap = min_gap
         self.defer_limit = defer_limit
         self.ttl = ttl
@@ -138,7 +147,7 @@ class SharedSlots:
         self._lock = asyncio.Lock()
         self._loop = ExchangeLoop(
             self.sync,
-            interval=lambda: self.busy_interval if self.contended else self.interval,
+            interval=self._pause,
             retry_after=retry_after,
             what="slot board",
             min_gap=min_gap,
@@ -183,6 +192,13 @@ class SharedSlots:
         """Whether some process, this one included, has requests waiting for a slot."""
         return bool(self._others_best or self._mine_best or self._deferring)
 
+    def _pause(self) -> float:
+        if self.contended:
+            self._idle = False
+            return self.busy_interval
+        self._idle = not any(b.in_flight for b in self._backends)
+        return self.idle_interval if self._idle else self.interval
+
     def others_best(self) -> dict[str, Standing]:
         """model -> the most deserving waiter of the other processes, as last exchanged."""
         return {model: standing for model, (standing, _) in self._others_best.items()}
@@ -191,8 +207,12 @@ class SharedSlots:
 
     def changed(self, backend: BackendState) -> None:
         """A slot of `backend` was taken or given back here: tell the others at once if anyone
-        waits, or if the backend is full (the others must not fill it further)."""
-        if self.contended or backend.full:
+        waits, if the backend is full (the others must not fill it further), or if this is the
+        first slot taken during an idle pause that has outlasted `interval` (the others have not
+        heard from here as lately as they would have without the pause)."""
+        stale = self._idle and self._clock() - self._last_ok >= self.interval
+        if self.contended or backend.full or stale:
+            self._idle = False
             self._loop.poke()
 
     def defer(self, model: str, best_here: Standing, now: float) -> float:
