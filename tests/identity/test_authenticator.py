@@ -145,9 +145,11 @@ async def test_a_failing_poll_keeps_the_poller_alive() -> None:
     store.failing = True
     await auth.start()
     try:
+        auth._asked = True  # requests come: the poller reads the epoch (it does not when idle)
         await asyncio.sleep(0.05)
         store.failing = False
         polls = store.polls
+        auth._asked = True
         await asyncio.sleep(0.05)
         assert store.polls > polls
     finally:
@@ -157,3 +159,19 @@ async def test_a_failing_poll_keeps_the_poller_alive() -> None:
 def test_the_poll_interval_must_be_inside_the_trust_window() -> None:
     with pytest.raises(ValueError):
         Authenticator(FakeKeys(), poll_interval=1.0, max_staleness=1.0)
+
+
+async def test_an_idle_poller_reads_nothing_and_the_next_request_catches_up() -> None:
+    store = FakeKeys()
+    auth = Authenticator(store, hasher=FAST_HASHER, poll_interval=0.01, max_staleness=0.02)
+    await auth.start()
+    try:
+        polls = store.polls
+        await asyncio.sleep(0.1)  # ten poll intervals without a request
+        assert store.polls == polls
+        # Past the trust window, a request reads the epoch itself before trusting the cache.
+        with pytest.raises(Unauthenticated):
+            await auth.authenticate({"authorization": "Bearer mr2_AAAAAAAA_nope"})
+        assert store.polls == polls + 1
+    finally:
+        await auth.stop()

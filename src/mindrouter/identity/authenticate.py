@@ -74,6 +74,10 @@ class Authenticator:
         self._uses: dict[int, float] = {}
         self._inflight: dict[str, asyncio.Task[Principal]] = {}
         self._poller: asyncio.Task[None] | None = None
+        # The poller reads the epoch only while requests come (`_asked`); the first request
+        # after a quiet spell reads it itself (`_catch_up`), once for all that arrive meanwhile.
+        self._asked = False
+        self._catching_up: asyncio.Future[None] | None = None
         self._failures = FailedAttempts(failures_per_minute, monotonic)
 
     # -- the request path ----------------------------------------------------------------------
@@ -89,7 +93,11 @@ class Authenticator:
         never held up by the counts."""
         key = key_from_headers(headers)
         digest = hashlib.sha256(key.encode()).hexdigest()
+        self._asked = True
         now = self._monotonic()
+        if now > self._fresh_until and self._poller is not None:
+            await self._catch_up()
+            now = self._monotonic()
         entry = self._cache.get(digest, now) if now <= self._fresh_until else None
         if entry is None:
             return await self._resolve_checked(key, digest, source)
@@ -194,11 +202,20 @@ class Authenticator:
             # requests go to the database themselves.
             log.warning("auth epoch poll failed", error=str(exc))
 
+    async def _catch_up(self) -> None:
+        pending = self._catching_up
+        if pending is None or pending.done():
+            pending = self._catching_up = asyncio.ensure_future(self._poll_safely())
+        await asyncio.shield(pending)
+
     async def _poll_forever(self) -> None:
         last_flush = self._monotonic()
         while True:
             await asyncio.sleep(self._poll_interval)
-            await self._poll_safely()
+            # Idle: no query; the trust window runs out and the next request catches up.
+            if self._asked:
+                self._asked = False
+                await self._poll_safely()
             if self._monotonic() - last_flush >= self._touch_interval:
                 last_flush = self._monotonic()
                 await self._flush_uses()
