@@ -11,10 +11,11 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from mindrouter.backends.monitor import BackendMonitor, MonitorTarget
 from mindrouter.components import build_adapters, build_catalog, build_limits
+from mindrouter.console import build_console
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
 from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
@@ -281,4 +282,14 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.router.routes.extend(usage_routes(gateway, stores))
     app.router.routes.extend(routing_admin_routes(gateway))
     app.include_router(admin_router(stores, authenticator))
+    if settings.console.enabled:
+        # Last: the console's pages never stand before an API route in the matching order.
+        console = build_console(
+            settings,
+            stores=stores,
+            gateway=gateway,
+            authenticator=authenticator,
+            trusted=trusted,
+        )
+        app.router.routes.append(Mount("/console", console))
     return app

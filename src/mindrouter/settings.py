@@ -23,6 +23,7 @@ import yaml
 from mindrouter.backends.base import ENGINES, Engine, Timeouts
 from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS, text_problem
 from mindrouter.routing.select import ScoreWeights
+from mindrouter.settings_console import ConsoleSettings, read_console
 from mindrouter.settings_fields import ConfigError as ConfigError
 from mindrouter.settings_fields import (
     read_int,
@@ -130,6 +131,8 @@ class Settings:
     users: list[UserSettings] = field(default_factory=list)
     backends: list[BackendSettings] = field(default_factory=list)
     models: list[ModelSettings] = field(default_factory=list)
+    # The web console and its sign-in: settings_console.py reads them.
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
 
 
 def _backend(d: dict[str, Any], where: str, base: Path | None = None) -> BackendSettings:
@@ -319,6 +322,7 @@ def settings_from_dict(raw: dict[str, Any], base: Path | None = None) -> Setting
         _backend(d, f"backends[{i}]", base) for i, d in enumerate(read_mappings(raw, "backends"))
     ]
     s.models = [_model(d, f"models[{i}]") for i, d in enumerate(read_mappings(raw, "models"))]
+    s.console = read_console(raw, base)
     _check_unique("backends", [b.name for b in s.backends])
     _check_unique("models", [n for m in s.models for n in [m.name, *m.aliases]])
     _check_unique("groups", [g.name for g in s.groups])

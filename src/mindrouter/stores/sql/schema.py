@@ -190,3 +190,16 @@ auth_epoch = Table(
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("epoch", BigInteger, nullable=False),
 )
+
+# How a user signs in to the web console: a local password (Argon2), or an OpenID Connect
+# subject (issuer and `sub`, which the provider never reassigns), and whether the console
+# treats them as an administrator. Users without a row here use the API with keys only.
+console_accounts = Table(
+    "console_accounts",
+    metadata,
+    Column("user_id", Integer, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+    Column("password_hash", String(255), nullable=True),
+    Column("oidc_subject", String(500), nullable=True, unique=True),
+    Column("is_admin", Boolean, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
