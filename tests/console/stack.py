@@ -7,6 +7,7 @@ posts the sign-in form with the page's CSRF token. Accounts are made straight in
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +49,7 @@ class ConsoleStack:
             s.stop()
 
     def run(self, coro: Any) -> Any:
-        return asyncio.run(coro)
+        return run_apart(coro)
 
     def add_account(
         self, name: str, group: str = "testers", *, admin: bool = False, password: str = PASSWORD
@@ -78,6 +79,13 @@ class ConsoleStack:
         return client
 
 
+def run_apart(coro: Any) -> Any:
+    """Runs a coroutine to completion on a thread of its own: Playwright's synchronous API keeps
+    an event loop running on the test's thread."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def csrf_of(client: httpx.Client, path: str = "/console/sign-in") -> str:
     page = client.get(path)
     found = CSRF.search(page.text)
@@ -90,6 +98,6 @@ def start_console_stack(**top: Any) -> ConsoleStack:
     settings = settings_from_dict(
         gateway_config({e: s.url for e, s in sims.items()}, database_url=sqlite_url(), **top)
     )
-    key = asyncio.run(prepare_database(settings))
+    key = run_apart(prepare_database(settings))
     gateway = ThreadServer(build_app(settings)).start()
     return ConsoleStack(gateway=gateway, sims=list(sims.values()), settings=settings, key=key)
