@@ -94,11 +94,12 @@ class Chart:
     bars: list[Bar]
     bar_width: float
     peak: int
+    total: int
 
 
 def day_chart(tokens_by_day: dict[date, int], last: date, days: int = 30) -> Chart:
     """One bar per day for the `days` days up to `last`, scaled to the busiest day."""
-    width, height, top = 720, 160, 10
+    width, height, top = 720, 160, 8
     first = last - timedelta(days=days - 1)
     peak = max([*tokens_by_day.values(), 1])
     slot = width / days
@@ -107,6 +108,7 @@ def day_chart(tokens_by_day: dict[date, int], last: date, days: int = 30) -> Cha
         day = first + timedelta(days=i)
         tokens = tokens_by_day.get(day, 0)
         h = (height - top) * tokens / peak
-        label = day.strftime("%d %b") if i % 7 == 0 or i == days - 1 else ""
+        # A label a week, counted back from today, so the newest day is always named.
+        label = day.strftime("%d %b") if (days - 1 - i) % 7 == 0 and i > 2 else ""
         bars.append(Bar(i * slot + 1, height - h, h, day, tokens, label))
-    return Chart(width, height, bars, max(1.0, slot - 2), peak)
+    return Chart(width, height, bars, max(1.0, slot - 2), peak, sum(tokens_by_day.values()))

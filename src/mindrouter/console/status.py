@@ -63,9 +63,12 @@ async def model_statuses(console: Console, durations: Durations) -> list[ModelSt
         waiting = depth.get(spec.name, 0)
         slots = sum(b.max_concurrent for b in usable)
         mean = means.get(spec.name)
-        estimate = None
-        if usable and mean is not None:
-            estimate = round(math.ceil(waiting / slots) * mean, 1) if waiting else 0.0
+        # Nothing ahead: no wait. Requests ahead but no recent duration to go by: unknown.
+        estimate: float | None = None
+        if usable and not waiting:
+            estimate = 0.0
+        elif usable and mean is not None:
+            estimate = round(math.ceil(waiting / slots) * mean, 1)
         out.append(
             ModelStatus(
                 model=spec.name,
