@@ -232,3 +232,18 @@ def test_sign_in_redirects_only_inside_the_console(console: ConsoleStack) -> Non
             },
         )
         assert r.headers["location"] == expected
+
+
+def test_a_session_older_than_session_hours_is_over(console: ConsoleStack) -> None:
+    import time
+
+    from mindrouter.console.session import serializer
+
+    client = console.sign_in("tester")
+    assert client.get("/console/usage").status_code == 200
+    fresh = serializer(console.settings.secret_key).loads(client.cookies["mr_console"])
+    # Correctly signed, but signed in 13 hours ago (the default lifetime is 12).
+    old = {**fresh, "since": time.time() - 13 * 3600}
+    client.cookies.clear()
+    client.cookies.set("mr_console", serializer(console.settings.secret_key).dumps(old))
+    assert client.get("/console/usage").status_code == 303

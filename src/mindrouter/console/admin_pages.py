@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response, StreamingResponse
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS
@@ -331,8 +331,8 @@ async def usage_csv(request: Request, account: ConsoleAccount) -> Response:
             ]
         )
     name = f"mindrouter-usage-{since.date() if since else 'all'}-{until.date() if until else 'now'}"
-    return StreamingResponse(
-        iter([buffer.getvalue()]),
+    return Response(
+        buffer.getvalue(),
         media_type="text/csv; charset=utf-8",
         headers={"content-disposition": f'attachment; filename="{name}.csv"'},
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 from authlib.integrations.starlette_client import OAuth, OAuthError
 from joserfc.errors import JoseError
 from starlette.requests import Request
@@ -68,7 +69,7 @@ async def start(request: Request) -> Response:
     request.session["next"] = safe_next(request.query_params.get("next"))
     try:
         response: Response = await client.authorize_redirect(request, callback_url(request))
-    except (OAuthError, OSError, ValueError) as exc:
+    except (OAuthError, httpx.HTTPError, OSError, ValueError) as exc:
         log.warning("OIDC provider unreachable", error=str(exc))
         return sign_in_page(request, error=REFUSED, status=502)
     return response
@@ -121,7 +122,7 @@ async def callback(request: Request) -> Response:
     target = safe_next(request.session.pop("next", None))
     try:
         token = await client.authorize_access_token(request)
-    except (OAuthError, JoseError, OSError, ValueError, KeyError) as exc:
+    except (OAuthError, JoseError, httpx.HTTPError, OSError, ValueError, KeyError) as exc:
         log.warning("OIDC sign-in refused", error=f"{type(exc).__name__}: {exc}")
         return sign_in_page(request, error=REFUSED, status=400)
     claims = dict(token.get("userinfo") or {})
