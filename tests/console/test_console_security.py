@@ -247,3 +247,24 @@ def test_a_session_older_than_session_hours_is_over(console: ConsoleStack) -> No
     client.cookies.clear()
     client.cookies.set("mr_console", serializer(console.settings.secret_key).dumps(old))
     assert client.get("/console/usage").status_code == 303
+
+
+def test_inference_requests_never_enter_the_console(
+    console: ConsoleStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mindrouter.console.session import ConsoleLayer
+
+    calls: list[str] = []
+    original = ConsoleLayer.__call__
+
+    async def counting(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        calls.append(scope["path"])
+        await original(self, scope, receive, send)
+
+    monkeypatch.setattr(ConsoleLayer, "__call__", counting)
+    oai = openai.OpenAI(base_url=console.url + "/v1", api_key=console.key, max_retries=0)
+    oai.chat.completions.create(model="chat-vllm", messages=[{"role": "user", "content": "hi"}])
+    oai.models.list()
+    assert calls == []
+    console.session().get("/console/status")
+    assert calls == ["/console/status"]
