@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from mindrouter.settings_fields import ConfigError, read_secret, read_value
+from mindrouter.settings_fields import Section
 
 
 @dataclass(slots=True)
@@ -52,67 +51,51 @@ class ConsoleSettings:
     oidc: OidcSettings | None = None
 
 
-def _strings(d: dict[str, Any], key: str, where: str, default: list[str]) -> list[str]:
-    value = read_value(d, key, list, where, default)
-    if not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{where}.{key}: expected a list of non-empty strings")
-    return list(value)
-
-
-def read_oidc(raw: dict[str, Any], base: Path | None) -> OidcSettings | None:
-    d = read_value(raw, "oidc", dict, "", None)
-    if d is None:
+def read_oidc(top: Section, base: Path | None) -> OidcSettings | None:
+    if not top.has("oidc"):
+        top.section("oidc")
         return None
-    known = {f for f in OidcSettings.__dataclass_fields__} | {"client_secret_file"}
-    for key in d:
-        if key not in known:
-            raise ConfigError(f"oidc.{key}: unknown; use {', '.join(sorted(known))}")
-    issuer = read_value(d, "issuer", str, "oidc", None)
-    if not issuer or not issuer.startswith(("https://", "http://")):
-        raise ConfigError("oidc.issuer: required, the provider's issuer URL")
-    client_id = read_value(d, "client_id", str, "oidc", None)
+    d = top.section("oidc")
+    issuer = d.value("issuer", str, "")
+    if not issuer.startswith(("https://", "http://")):
+        d.fail("issuer", "required, the provider's issuer URL")
+    client_id = d.value("client_id", str, "")
     if not client_id:
-        raise ConfigError("oidc.client_id: required")
-    scopes = _strings(d, "scopes", "oidc", ["openid", "profile", "email"])
+        d.fail("client_id", "required")
+    scopes = d.strings("scopes", ["openid", "profile", "email"])
     if "openid" not in scopes:
-        raise ConfigError("oidc.scopes: must include openid")
-    mapping = read_value(d, "groups", dict, "oidc", {})
+        d.fail("scopes", "must include openid")
+    mapping = d.value("groups", dict, {})
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
-        raise ConfigError("oidc.groups: a mapping of claim values to MindRouter group names")
-    return OidcSettings(
+        d.fail("groups", "a mapping of claim values to MindRouter group names")
+        mapping = {}
+    oidc = OidcSettings(
         issuer=issuer,
         client_id=client_id,
-        client_secret=read_secret(d, "client_secret", "oidc", base),
+        client_secret=d.secret("client_secret", base),
         scopes=scopes,
-        username_claim=read_value(d, "username_claim", str, "oidc", "preferred_username"),
-        groups_claim=read_value(d, "groups_claim", str, "oidc", "groups"),
+        username_claim=d.value("username_claim", str, "preferred_username"),
+        groups_claim=d.value("groups_claim", str, "groups"),
         groups=dict(mapping),
-        default_group=read_value(d, "default_group", str, "oidc", "default"),
-        admin_groups=_strings(d, "admin_groups", "oidc", []),
+        default_group=d.value("default_group", str, "default"),
+        admin_groups=d.strings("admin_groups", []),
     )
+    d.finish()
+    return oidc
 
 
-def read_console(raw: dict[str, Any], base: Path | None) -> ConsoleSettings:
-    d = read_value(raw, "console", dict, "", {})
-    known = {f for f in ConsoleSettings.__dataclass_fields__} - {"oidc"}
-    for key in d:
-        if key not in known:
-            raise ConfigError(f"console.{key}: unknown; use {', '.join(sorted(known))}")
+def read_console(top: Section, base: Path | None) -> ConsoleSettings:
+    d = top.section("console")
     s = ConsoleSettings(
-        enabled=read_value(d, "enabled", bool, "console", True),
-        session_hours=read_value(d, "session_hours", float, "console", 12.0),
-        public_url=read_value(d, "public_url", str, "console", None),
-        sign_in_failures_per_minute=read_value(
-            d, "sign_in_failures_per_minute", int, "console", 10
-        ),
-        oidc=read_oidc(raw, base),
+        enabled=d.value("enabled", bool, True),
+        session_hours=d.number("session_hours", 12.0, above=0, at_most=24 * 30),
+        public_url=d.value("public_url", str, None),
+        sign_in_failures_per_minute=d.integer("sign_in_failures_per_minute", 10, (0, 10**6)),
+        oidc=read_oidc(top, base),
     )
-    if not 0 < s.session_hours <= 24 * 30:
-        raise ConfigError("console.session_hours: between 0 and 720")
     if s.public_url is not None:
         if not s.public_url.startswith(("https://", "http://")):
-            raise ConfigError("console.public_url: an http(s) URL")
+            d.fail("public_url", "an http(s) URL")
         s.public_url = s.public_url.rstrip("/")
-    if s.sign_in_failures_per_minute < 0:
-        raise ConfigError("console.sign_in_failures_per_minute: 0 (no limit) or more")
+    d.finish()
     return s

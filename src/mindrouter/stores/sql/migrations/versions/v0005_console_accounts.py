@@ -1,6 +1,6 @@
 """Console accounts: local passwords, OpenID Connect subjects and the console's admin flag.
 
-Revision: 0003, after 0002.
+Revision: 0005, after 0004.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-revision = "0003"
-down_revision = "0002"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
