@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import openai
 import pytest
 
+from mindrouter.stores.sql import open_stores
 from tests.console.stack import PASSWORD, ConsoleStack, csrf_of
 
 
@@ -177,3 +178,18 @@ def test_audit_search_filters(console: ConsoleStack) -> None:
     assert r.status_code == 400
     r = admin.get("/console/admin/audit", params={"since": "yesterday"})
     assert r.status_code == 400 and "YYYY-MM-DD" in r.text
+
+
+def test_models_page_shows_only_what_the_users_group_may_use(console: ConsoleStack) -> None:
+    async def narrow() -> None:
+        stores = open_stores(console.settings.database_url)
+        try:
+            await stores.directory.create_group("course", models=["embed-*"])
+            await stores.directory.create_user("ines", "course")
+        finally:
+            await stores.aclose()
+
+    console.run(narrow())
+    console.add_account("ines", group="course")
+    page = console.sign_in("ines").get("/console/models").text
+    assert "embed-vllm" in page and "chat-vllm" not in page

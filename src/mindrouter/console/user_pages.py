@@ -15,6 +15,7 @@ from mindrouter.console.guard import PREFIX, checked_form, console_of, signed_in
 from mindrouter.console.render import day_chart, flash, page
 from mindrouter.console.snippets import snippets_for
 from mindrouter.errors import InvalidRequest, NotFound
+from mindrouter.identity.access import access_from, may_use
 from mindrouter.identity.principal import effective_limits
 from mindrouter.stores.limits import Limits
 from mindrouter.stores.sql.accounts import ConsoleAccount
@@ -155,11 +156,16 @@ async def request_detail(request: Request, account: ConsoleAccount) -> Response:
 
 @signed_in
 async def models(request: Request, account: ConsoleAccount) -> Response:
-    catalog = console_of(request).gateway.catalog
+    console = console_of(request)
+    catalog = console.gateway.catalog
+    # The same rule the API listings apply: a user sees only the models their group may use.
+    group = await console.stores.directory.get_group(account.group)
+    rules = (access_from(group.models),)
     url = gateway_url(request)
     listed = [
         (spec, [b.name for b, _ in catalog.serving(spec.name)], snippets_for(spec, url))
         for spec in catalog.models()
+        if may_use(rules, spec)
     ]
     return page(request, "models.html", account, models=listed, url=url)
 
