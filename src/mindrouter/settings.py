@@ -110,7 +110,10 @@ class Settings:
     api_docs: ApiDocs = "admin"
     metrics_token: str | None = None
     metrics_port: int | None = None
-    usage_flush_s: float = 30.0
+    # Each process renews its heartbeat (and checkpoints its streams) every heartbeat_s; a
+    # process silent for instance_stale_s is dead, and its pending audit records are swept.
+    heartbeat_s: float = 3.0
+    instance_stale_s: float = 15.0
     # Limit leases (a user's concurrency slot and token reservation) expire this long after
     # their last renewal; the process serving a request renews them every lease_renew_s.
     lease_s: float = 20.0
@@ -279,9 +282,12 @@ def settings_from_dict(raw: dict[str, Any], base: Path | None = None) -> Setting
             ) from None
     s.trusted_proxies = [str(p).strip() for p in proxies]
     _connections(raw, s)
-    s.usage_flush_s = read_value(raw, "usage_flush_s", float, "", s.usage_flush_s)
-    if not 0 < s.usage_flush_s <= 60:
-        raise ConfigError("usage_flush_s: between 0 and 60 seconds")
+    s.heartbeat_s = read_value(raw, "heartbeat_s", float, "", s.heartbeat_s)
+    s.instance_stale_s = read_value(raw, "instance_stale_s", float, "", s.instance_stale_s)
+    if not 0 < s.heartbeat_s <= s.instance_stale_s / 3:
+        raise ConfigError("heartbeat_s: positive and at most a third of instance_stale_s")
+    if s.instance_stale_s > 120:
+        raise ConfigError("instance_stale_s: at most 120 seconds")
     s.lease_s = read_value(raw, "lease_s", float, "", s.lease_s)
     s.lease_renew_s = read_value(raw, "lease_renew_s", float, "", s.lease_renew_s)
     if not 0 < s.lease_renew_s <= s.lease_s / 2:

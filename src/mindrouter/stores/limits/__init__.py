@@ -17,6 +17,7 @@ from mindrouter.stores.limits.model import (
     LimitStore,
     LimitStoreUnavailable,
     Ticket,
+    UsageNotLoaded,
     UsageSnapshot,
 )
 from mindrouter.stores.limits.redis_store import RedisLimitStore
@@ -32,5 +33,6 @@ __all__ = [
     "RedisUnavailablePolicy",
     "ResilientLimitStore",
     "Ticket",
+    "UsageNotLoaded",
     "UsageSnapshot",
 ]

@@ -100,9 +100,11 @@ class LimitStore(Protocol):
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot: ...
 
     async def seed(
-        self, user: str, period_start: float, period_tokens: int, lifetime_tokens: int
+        self, user: str, period_start: float | None, period_tokens: int, lifetime_tokens: int
     ) -> None:
-        """Loads persisted usage unless the store already holds newer numbers for the user."""
+        """Loads persisted usage unless the store already holds newer numbers for the user
+        (`period_start` None: the user has none yet); admit() raises UsageNotLoaded until a
+        store that can lose its data has been seeded for the user."""
         ...
 
     async def dirty(self) -> list[UsageSnapshot]:
@@ -114,6 +116,11 @@ class LimitStore(Protocol):
 
 class LimitStoreUnavailable(Overloaded):
     """The shared counter store cannot be reached; limits cannot be enforced exactly."""
+
+
+class UsageNotLoaded(Overloaded):
+    """The shared counter store holds no usage for the user (it lost its data): load the
+    user's usage from the database with seed(), then admit again."""
 
 
 def roll_period(

@@ -38,6 +38,7 @@ from mindrouter.stores.limits.model import (
     Limits,
     LimitStoreUnavailable,
     Ticket,
+    UsageNotLoaded,
     UsageSnapshot,
     rate_limited,
     validate_tokens,
@@ -162,6 +163,10 @@ class RedisLimitStore:
             reply = await self._admit.run(
                 self._client, [*self._user_keys(user), self._dirty_key], args
             )
+        if int(reply[0]) == 2:
+            raise UsageNotLoaded(
+                "rate limiting is reloading this user's usage after Redis lost it; retry"
+            )
         if int(reply[0]) != 1:
             reason, wait, used, reserved, in_flight = (text_of(v) for v in reply[1:6])
             raise rate_limited(
@@ -217,11 +222,12 @@ class RedisLimitStore:
         return _parse_snapshot(user, reply) or UsageSnapshot(user, now, 0, 0, 0, 0, 0, as_of=now)
 
     async def seed(
-        self, user: str, period_start: float, period_tokens: int, lifetime_tokens: int
+        self, user: str, period_start: float | None, period_tokens: int, lifetime_tokens: int
     ) -> None:
         validate_tokens("period_tokens", period_tokens)
         validate_tokens("lifetime_tokens", lifetime_tokens)
-        args: list[str | int] = [_num(period_start), period_tokens, lifetime_tokens]
+        start = "" if period_start is None else _num(period_start)
+        args: list[str | int] = [start, period_tokens, lifetime_tokens]
         with _unavailable_on_redis_errors():
             await self._seed.run(self._client, self._user_keys(user)[:1], args)
 

@@ -126,7 +126,7 @@ class ResilientLimitStore:
         )
 
     async def seed(
-        self, user: str, period_start: float, period_tokens: int, lifetime_tokens: int
+        self, user: str, period_start: float | None, period_tokens: int, lifetime_tokens: int
     ) -> None:
         # The local copy too, so that failing open starts from the persisted usage, not zero.
         await self._fallback.seed(user, period_start, period_tokens, lifetime_tokens)

@@ -19,6 +19,7 @@ from mindrouter.stores.sql.audit_writer import AuditWriter
 from mindrouter.stores.sql.catalog import SqlCatalog
 from mindrouter.stores.sql.directory import SqlDirectory
 from mindrouter.stores.sql.engine import PoolSettings, create_engine
+from mindrouter.stores.sql.instances import SqlInstances
 from mindrouter.stores.sql.keys import SqlKeyStore
 from mindrouter.stores.sql.migrate import ensure_migrated
 from mindrouter.stores.sql.usage import SqlUsageStore
@@ -36,6 +37,7 @@ class SqlStores:
     audit: AuditWriter  # the AuditSink: begin / complete
     audit_log: SqlAuditLog  # audit queries and retention
     usage: SqlUsageStore  # the UsageLedger
+    instances: SqlInstances  # heartbeats, checkpoints and the sweeper
 
     audit_engine: AsyncEngine | None = None  # the audit writer's own pool, when it has one
 
@@ -56,6 +58,7 @@ class SqlStores:
             audit=AuditWriter(audit_engine or engine, pg=audit_pg),
             audit_log=SqlAuditLog(engine),
             usage=SqlUsageStore(engine),
+            instances=SqlInstances(engine),
             audit_engine=audit_engine,
         )
 

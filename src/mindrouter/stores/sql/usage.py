@@ -84,7 +84,7 @@ async def charge_usage(
     update cannot interleave with another writer's; on SQLite the update is conditional on the
     period start read (compare-and-set) and read again if another writer moved it.
     """
-    days = (await conn.execute(_DAYS.where(users.c.id == user_id))).scalar()
+    days = await period_days(conn, user_id)
     if days is None:
         return False
     locked = select(usage.c.period_start).where(usage.c.user_id == user_id).with_for_update()
@@ -131,6 +131,12 @@ _DAYS = (
     .select_from(users)
     .join(groups, users.c.group_id == groups.c.id)
 )
+
+
+async def period_days(conn: AsyncConnection, user_id: int) -> int | None:
+    """The length of the user's budget periods in days; None when the user no longer exists."""
+    days = (await conn.execute(_DAYS.where(users.c.id == user_id))).scalar()
+    return None if days is None else int(days)
 
 
 def _insert_if_missing(dialect: str) -> Insert:
