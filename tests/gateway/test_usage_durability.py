@@ -5,7 +5,8 @@
   the same transaction, so the restarted gateway sees the user's whole usage.
 - A Redis restarted empty (its own redis-server here, on another port) no longer holds the
   `seeded` marker of any user: the next admission reloads the user's usage from the database
-  before deciding, so a user at their budget stays refused.
+  before deciding, so a user at their budget stays refused (and the last minute of admissions
+  is restored from the audit trail).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
 from sqlalchemy import select
 
 from mindrouter.serving import ThreadServer
@@ -151,6 +153,12 @@ def test_redis_restarted_empty_reloads_the_budget_from_the_database(tmp_path: Pa
                     time.sleep(0.1)  # the store is retried a second after a failure
                 assert refused is not None and "budget" in refused.text.lower(), refused
                 assert rig.app.state.runtime.usage.reloads >= 1
+                # With the usage came the last minute's admissions, from the audit trail, so the
+                # per-minute limit does not start again from zero either.
+                client = redis.Redis.from_url(own.url)
+                window = client.zcard(f"mr:limits:window:user:{user_id}")
+                client.close()
+                assert window >= statuses.count(200)
                 assert _usage(rig.url, key)["period_tokens"] == used
                 lifetime, recorded = run_in_thread(_charged(url, user_id))
                 assert lifetime == recorded == used

@@ -4,21 +4,27 @@ The tokens a request used are charged to the database when its audit record is c
 same transaction (`stores/sql/audit_close.py`), and to the limit counters when it settles; this
 module only fills the counters from the database: the first time this process sees a user, and
 again whenever the shared store says it no longer holds the user's usage (Redis restarted empty:
-`UsageNotLoaded`), so a budget is never checked against counters that started again from zero.
+`UsageNotLoaded`), so a budget is never checked against counters that started again from zero;
+with the usage go the user's admissions of the last minute and their requests in flight, read
+from the audit trail, so the per-minute and concurrency limits hold across such a loss too.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Protocol
 
-from mindrouter.stores.limits import LimitStore
+from mindrouter.stores.limits import Activity, LimitStore
 from mindrouter.stores.records import UsageCounters
 
 
 class UsageLedger(Protocol):
     async def get_usage(self, user_id: int, now: datetime | None = None) -> UsageCounters: ...
+
+    async def recent_activity(self, user_id: int, now: datetime) -> tuple[list[datetime], int]: ...
 
 
 def limit_key(user_id: int) -> str:
@@ -26,9 +32,12 @@ def limit_key(user_id: int) -> str:
 
 
 class UsageSync:
-    def __init__(self, ledger: UsageLedger, limits: LimitStore) -> None:
+    def __init__(
+        self, ledger: UsageLedger, limits: LimitStore, wall: Callable[[], float] = time.time
+    ) -> None:
         self._ledger = ledger
         self._limits = limits
+        self._wall = wall
         self._seeded: set[int] = set()
         self._seeding: dict[int, asyncio.Future[None]] = {}
         self.reloads = 0  # loads after the limit store had lost a user's usage
@@ -52,12 +61,19 @@ class UsageSync:
         await asyncio.shield(task)
 
     async def _seed(self, user_id: int) -> None:
+        now = self._wall()
         counters = await self._ledger.get_usage(user_id)
+        # A store that lost its data also rebuilds the user's last minute of admissions and
+        # requests in flight from these (their limits would start from zero otherwise).
+        admitted, in_flight = await self._ledger.recent_activity(
+            user_id, datetime.fromtimestamp(now, UTC)
+        )
         start = counters.period_start
         await self._limits.seed(
             limit_key(user_id),
             start.timestamp() if start is not None else None,
             counters.period_tokens,
             counters.lifetime_tokens,
+            Activity(now, tuple(t.timestamp() for t in admitted), in_flight),
         )
         self._seeded.add(user_id)

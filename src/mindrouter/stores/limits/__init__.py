@@ -13,6 +13,7 @@ shutdown once more before `close()`; `seed()` loads the persisted usage at start
 from mindrouter.stores.limits.memory import MemoryLimitStore
 from mindrouter.stores.limits.model import (
     DEFAULT_LEASE_SECONDS,
+    Activity,
     Limits,
     LimitStore,
     LimitStoreUnavailable,
@@ -25,6 +26,7 @@ from mindrouter.stores.limits.resilient import RedisUnavailablePolicy, Resilient
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "Activity",
     "LimitStore",
     "LimitStoreUnavailable",
     "Limits",

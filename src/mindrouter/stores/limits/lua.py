@@ -167,9 +167,26 @@ return {start and num(start) or '', int(used), int(tokens_of(KEYS[4], live)),
 """
 )
 
-# KEYS: usage   ARGV: period_start (empty: no usage yet), period_tokens, lifetime_tokens
+# KEYS: usage, window, leases, lease_tokens
+# ARGV: period_start (empty: no usage yet), period_tokens, lifetime_tokens, restored lease expiry,
+#       window_ttl_ms, lease_ttl_ms, requests in flight, admission times of the last minute...
 # Newer wins: the lifetime total only grows, so a larger stored one means the store is ahead.
+# The first seed since the server lost its data also restores the window and, as leases of no
+# tokens that lapse after one lease length, the requests in flight.
 SEED = """
+if redis.call('HEXISTS', KEYS[1], 'seeded') == 0 then
+  for i = 8, #ARGV do redis.call('ZADD', KEYS[2], ARGV[i], 'restored:' .. i) end
+  if #ARGV >= 8 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
+  local in_flight = tonumber(ARGV[7])
+  for i = 1, in_flight do
+    redis.call('ZADD', KEYS[3], ARGV[4], 'restored:' .. i)
+    redis.call('HSET', KEYS[4], 'restored:' .. i, '0')
+  end
+  if in_flight > 0 then
+    redis.call('PEXPIRE', KEYS[3], ARGV[6])
+    redis.call('PEXPIRE', KEYS[4], ARGV[6])
+  end
+end
 redis.call('HSET', KEYS[1], 'seeded', '1')
 if ARGV[1] == '' then return 0 end
 local state = redis.call('HMGET', KEYS[1], 'start', 'lifetime')

@@ -15,6 +15,7 @@ from uuid import uuid4
 from mindrouter.stores.limits.model import (
     DEFAULT_LEASE_SECONDS,
     WINDOW_SECONDS,
+    Activity,
     Limits,
     Ticket,
     UsageSnapshot,
@@ -134,7 +135,12 @@ class MemoryLimitStore:
         return self._snapshot(user, usage, start, used, now)
 
     async def seed(
-        self, user: str, period_start: float | None, period_tokens: int, lifetime_tokens: int
+        self,
+        user: str,
+        period_start: float | None,
+        period_tokens: int,
+        lifetime_tokens: int,
+        activity: Activity | None = None,
     ) -> None:
         validate_tokens("period_tokens", period_tokens)
         validate_tokens("lifetime_tokens", lifetime_tokens)

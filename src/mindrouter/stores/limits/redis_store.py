@@ -35,6 +35,7 @@ from mindrouter.stores.limits.model import (
     BUSY_RETRY_SECONDS,
     DEFAULT_LEASE_SECONDS,
     WINDOW_SECONDS,
+    Activity,
     Limits,
     LimitStoreUnavailable,
     Ticket,
@@ -222,14 +223,31 @@ class RedisLimitStore:
         return _parse_snapshot(user, reply) or UsageSnapshot(user, now, 0, 0, 0, 0, 0, as_of=now)
 
     async def seed(
-        self, user: str, period_start: float | None, period_tokens: int, lifetime_tokens: int
+        self,
+        user: str,
+        period_start: float | None,
+        period_tokens: int,
+        lifetime_tokens: int,
+        activity: Activity | None = None,
     ) -> None:
         validate_tokens("period_tokens", period_tokens)
         validate_tokens("lifetime_tokens", lifetime_tokens)
         start = "" if period_start is None else _num(period_start)
-        args: list[str | int] = [start, period_tokens, lifetime_tokens]
+        now = activity.now if activity is not None else 0.0
+        admissions = activity.admissions if activity is not None else ()
+        in_flight = activity.in_flight if activity is not None else 0
+        args: list[str | int] = [
+            start,
+            period_tokens,
+            lifetime_tokens,
+            _num(now + self._lease_seconds),
+            self._window_ttl_ms,
+            self._lease_ttl_ms,
+            in_flight,
+            *(_num(t) for t in admissions),
+        ]
         with _unavailable_on_redis_errors():
-            await self._seed.run(self._client, self._user_keys(user)[:1], args)
+            await self._seed.run(self._client, self._user_keys(user), args)
 
     async def dirty(self) -> list[UsageSnapshot]:
         """Pops the shared dirty set: with several replicas, each change is reported by one."""
