@@ -81,15 +81,17 @@ async def _soak(stack: Stack, seconds: float, cycle: float, seed: int) -> tuple[
     load = Load(stack.url, keys, seed)
     schedule = Schedule(stack, cycle)
 
-    async def first_admitted_after(t: float) -> float | None:
+    async def first_decided_after(t: float) -> float | None:
+        """When the first request sent after `t` was decided by the limits again (admitted and
+        answered, or refused for a limit), not refused for want of Redis or the database."""
         for _ in range(600):  # bounded: 2 minutes
-            ends = [s.end for s in load.log if s.status == 200 and s.start >= t and s.end]
+            ends = [s.end for s in load.log if s.status in (200, 429) and s.start >= t and s.end]
             if ends:
                 return min(ends)
             await asyncio.sleep(0.2)
         return None
 
-    await asyncio.gather(load.run(seconds), schedule.run(seconds, first_admitted_after))
+    await asyncio.gather(load.run(seconds), schedule.run(seconds, first_decided_after))
     return load, schedule
 
 

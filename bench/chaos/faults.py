@@ -42,7 +42,7 @@ class Schedule:
     kills: list[tuple[float, str]] = field(default_factory=list)  # (time, instance id)
     redis_outages: list[tuple[float, float]] = field(default_factory=list)
 
-    async def run(self, seconds: float, first_admitted_after: Any) -> None:
+    async def run(self, seconds: float, first_decided_after: Any) -> None:
         """Faults until `seconds` from now, none in the last 40 s (recoveries finish)."""
         start = time.time()
         n = 0
@@ -63,7 +63,7 @@ class Schedule:
                     await asyncio.gather(*running)
                     return
                 await asyncio.sleep(max(0.0, at - time.time()))
-                running.append(asyncio.create_task(step(n, first_admitted_after)))
+                running.append(asyncio.create_task(step(n, first_decided_after)))
             n += 1
 
     # -- backends --------------------------------------------------------------------------------
@@ -168,21 +168,21 @@ class Schedule:
 
     # -- shared state ----------------------------------------------------------------------------
 
-    async def _redis(self, n: int, first_admitted_after: Any) -> None:
+    async def _redis(self, n: int, first_decided_after: Any) -> None:
         assert self.stack.redis is not None
         at = time.time()
         await asyncio.to_thread(self.stack.redis.restart_empty)
         back = time.time()
         fault = Fault("Redis killed, restarted empty", at, "redis")
         self.faults.append(fault)
-        admitted = await first_admitted_after(back)
-        fault.recovered_s = (admitted - at) if admitted else None
-        self.redis_outages.append((at, (admitted or back) + 10.0))
+        decided = await first_decided_after(back)
+        fault.recovered_s = (decided - at) if decided else None
+        self.redis_outages.append((at, (decided or back) + 10.0))
 
-    async def _terminate_pg(self, n: int, first_admitted_after: Any) -> None:
+    async def _terminate_pg(self, n: int, first_decided_after: Any) -> None:
         at = time.time()
         count = await asyncio.to_thread(self.stack.terminate_database_connections)
         fault = Fault("PostgreSQL connections terminated", at, "postgres", {"terminated": count})
         self.faults.append(fault)
-        admitted = await first_admitted_after(at)
-        fault.recovered_s = (admitted - at) if admitted else None
+        decided = await first_decided_after(at)
+        fault.recovered_s = (decided - at) if decided else None

@@ -27,7 +27,7 @@ USERS = {
     "ana": (40, 3, 0),
     "ben": (40, 2, 0),
     "cho": (60, 4, 0),
-    "dee": (40, 3, 25_000),  # runs out of budget during the soak
+    "dee": (40, 3, 12_000),  # runs out of budget during the soak
 }
 LEASE_S = 20.0
 GRACE_S = 10.0
