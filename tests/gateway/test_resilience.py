@@ -219,8 +219,11 @@ def start_cluster(
     return Cluster(gateway, sims, states, settings, key, app)
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
-    """Poll `check` until it returns something truthy; fail naming `what` after `timeout`."""
+def wait_for(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what` after `timeout`.
+
+    The bound only turns a hang into a failure: it is generous because the suite shares a
+    loaded 2-core machine, and nothing asserts how fast the condition came."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
