@@ -113,7 +113,11 @@ class Schedule:
         if replica.proc is None:
             return  # still restarting from an earlier fault
         instance = await self._instance_of(replica.proc.pid)
-        pending_before = await self._pending(instance)
+        for _ in range(40):  # mid-stream: wait (up to 10 s) for requests in flight there
+            pending_before = await self._pending(instance)
+            if pending_before:
+                break
+            await asyncio.sleep(POLL_S)
         assert self.stack.redis is not None
         client = redis_asyncio.Redis.from_url(self.stack.redis.url)
         try:

@@ -20,9 +20,10 @@ behind Sentinel): the scripts also touch the shared `dirty` set, which Redis Clu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Awaitable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, cast
 from uuid import uuid4
 
@@ -50,8 +51,8 @@ from mindrouter.stores.redis_client import short_timeout_client, text_of
 _TTL_SLACK_MS = 60_000
 
 
-@contextmanager
-def _unavailable_on_redis_errors() -> Iterator[None]:
+@asynccontextmanager
+async def _unavailable_on_redis_errors(client: Redis) -> AsyncIterator[None]:
     try:
         yield
     except redis_errors.MaxConnectionsError as exc:
@@ -59,6 +60,10 @@ def _unavailable_on_redis_errors() -> Iterator[None]:
         # this must not trip the unavailability policy.
         raise Overloaded(f"rate limiting is busy (Redis client pool: {exc})") from exc
     except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+        # After a Redis restart every idle pooled connection is dead, and each would fail one
+        # request in turn: drop them all, so that the next calls connect afresh.
+        with contextlib.suppress(Exception):
+            await client.connection_pool.disconnect(inuse_connections=False)
         raise LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})") from exc
 
 
@@ -160,7 +165,7 @@ class RedisLimitStore:
             self._window_ttl_ms,
             self._lease_ttl_ms,
         ]
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             reply = await self._admit.run(
                 self._client, [*self._user_keys(user), self._dirty_key], args
             )
@@ -201,7 +206,7 @@ class RedisLimitStore:
             _num(ticket.period_start),
             ticket.user,
         ]
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             await self._settle.run(self._client, [usage, leases, tokens, self._dirty_key], args)
 
     async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
@@ -211,14 +216,14 @@ class RedisLimitStore:
         if not by_user:
             return
         head: list[str | int] = [_num(now), _num(now + self._lease_seconds), self._lease_ttl_ms]
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             for user, ids in by_user.items():
                 _usage, _window, leases, tokens = self._user_keys(user)
                 await self._renew.run(self._client, [leases, tokens], [*head, *ids])
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
         args = [_num(now), _num(limits.period_seconds), _num(WINDOW_SECONDS)]
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             reply = await self._snapshot.run(self._client, self._user_keys(user), args)
         return _parse_snapshot(user, reply) or UsageSnapshot(user, now, 0, 0, 0, 0, 0, as_of=now)
 
@@ -246,12 +251,12 @@ class RedisLimitStore:
             in_flight,
             *(_num(t) for t in admissions),
         ]
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             await self._seed.run(self._client, self._user_keys(user), args)
 
     async def dirty(self) -> list[UsageSnapshot]:
         """Pops the shared dirty set: with several replicas, each change is reported by one."""
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             while batch := await _await(self._client.spop(self._dirty_key, 1000)):
                 self._unreported.update(text_of(user) for user in batch)
             users = sorted(self._unreported)
