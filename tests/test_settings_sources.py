@@ -83,7 +83,10 @@ def test_secrets_are_read_from_files_next_to_the_config(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"secret_key": "a" * 20, "secret_key_file": "k"}, "secret_key and .secret_key_file"),
+        (
+            {"secret_key": "a" * 20, "secret_key_file": "k"},
+            "secret_key and secret_key_file: give one of them",
+        ),
         ({"secret_key_file": "missing"}, "secret_key_file: cannot read"),
         ({"secret_key_file": "empty"}, "secret_key_file: .* is empty"),
     ],

@@ -1,4 +1,4 @@
-"""Fairness benchmark (BENCHMARKS.md §2).
+"""Fairness benchmark.
 
 Simulated-clock mode, `python -m bench.fairness`:
 

@@ -1,4 +1,4 @@
-"""The figures of BENCHMARKS.md §2, computed from a simulation record.
+"""The fairness figures, computed from a simulation record.
 
 Service is measured in the scheduler's own unit (prompt tokens × 1 + output tokens × 2, divided
 by nothing: weights enter only through the fair share), counted when the slot produces it.

@@ -1,4 +1,4 @@
-"""Fairness benchmark, real-time end-to-end mode (BENCHMARKS.md §2): a subset of the scenarios
+"""Fairness benchmark, real-time end-to-end mode: a subset of the scenarios
 driven through the HTTP gateway, `python -m bench.fairness.realtime [--short]`.
 
 Testbed. Two simulated vLLM engines (`mindrouter sim --slots 2 --tokens-per-second 40`, one

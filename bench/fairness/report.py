@@ -30,7 +30,7 @@ def testbeds(res: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per BENCHMARKS.md §2 target: our figure, the clairvoyant reference's where it
+    """One row per fairness target: our figure, the clairvoyant reference's where it
     applies, and the verdict."""
     main = res["scenarios"]
     rows: list[dict[str, Any]] = []
@@ -133,7 +133,7 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         f"Mode: {res['mode']}; short run: {res['short']}. Testbed: {res['testbed']}.",
         f"Every scenario runs on {res['seeds']} traces (seeds); figures are medians over them.",
-        "Produced by `python -m bench.fairness`; figures as defined in BENCHMARKS.md §2 and in",
+        "Produced by `python -m bench.fairness`; figures as defined in `docs/benchmarks.md` and",
         "`bench/fairness/metrics.py`. Ratios and errors are fractions (0.05 = 5%). The",
         "clairvoyant column is a reference, not a baseline: a fair queue told every request's",
         "true size, which no gateway knows (`bench/fairness/policies.py`).",

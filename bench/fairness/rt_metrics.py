@@ -1,4 +1,4 @@
-"""The figures of BENCHMARKS.md §2 from what the real-time clients saw, one record per request.
+"""The fairness figures from what the real-time clients saw, one record per request.
 
 Same definitions as the simulated-clock mode (`metrics.py`), measured from the client side:
 

@@ -1,4 +1,4 @@
-"""The scenario matrix of BENCHMARKS.md §2 (simulated clock) and the figures each one yields.
+"""The fairness scenario matrix (simulated clock) and the figures each one yields.
 
 Request sizes: chat requests take ~7.5 s of one slot (150–350 prompt tokens, 150–450 output
 tokens at 40 tokens/s), so the 2 × 2-slot cluster serves about 30 requests a minute. Each
@@ -205,7 +205,7 @@ def run(
     sc: Scenario, seeds: int, policies: list[Callable[[], Policy]] = POLICIES
 ) -> dict[str, dict[str, Any]]:
     """Every policy's figures on `seeds` traces of the scenario (its seed, then seed + 1000,
-    ...): the median of each figure over the traces, as BENCHMARKS.md asks of repeated runs,
+    ...): the median of each figure over the traces, as repeated runs call for,
     and under `per_seed` each trace's own figures."""
     runs: dict[str, list[dict[str, Any]]] = {}
     for i in range(seeds):

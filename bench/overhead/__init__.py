@@ -1,4 +1,4 @@
-"""Gateway overhead benchmark (BENCHMARKS.md §1): MindRouter bare and governed beside LiteLLM.
+"""Gateway overhead benchmark: MindRouter bare and governed beside LiteLLM.
 
     .venv/bin/python -m bench.overhead [--short]
 

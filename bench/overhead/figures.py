@@ -13,7 +13,7 @@ from typing import Any
 DIRECT = "direct"
 GATEWAYS = ("mindrouter-bare", "mindrouter-governed", "litellm")
 
-# The criteria for a sustained rate (BENCHMARKS.md §1).
+# The criteria for a sustained rate.
 MIN_ACHIEVED = 0.99
 MAX_ERROR_RATE = 0.001
 MAX_ADDED_P99_MS = 25.0

@@ -178,7 +178,7 @@ def _targets(figs: dict[str, Any], rate: int, conc: int, meta: dict[str, Any]) -
         ),
     ]
     out = [
-        "## Targets (governed profile, BENCHMARKS.md §1)",
+        "## Targets (governed profile)",
         "",
         "| target | measured | |",
         "|---|---:|---|",

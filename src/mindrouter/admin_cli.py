@@ -47,12 +47,17 @@ def _fail(message: str, code: int = 1) -> int:
     return code
 
 
+def _config_error(exc: ConfigError) -> int:
+    print(exc.report("mindrouter: configuration error: "), file=sys.stderr)
+    return 2
+
+
 def _command(action: Action, *, migrating: bool = False) -> Callable[[argparse.Namespace], int]:
     def run(ns: argparse.Namespace) -> int:
         try:
             settings = load_settings(ns.config)
         except ConfigError as exc:
-            return _fail(f"configuration error: {exc}", 2)
+            return _config_error(exc)
         return asyncio.run(_execute(settings.database_url, ns, action, migrating))
 
     return run
@@ -67,7 +72,7 @@ async def _execute(url: str, ns: argparse.Namespace, action: Action, migrating: 
     except (DatabaseNotMigrated, DatabaseUnavailable, MigrationFailed) as exc:
         return _fail(str(exc))
     except ConfigError as exc:
-        return _fail(f"configuration error: {exc}", 2)
+        return _config_error(exc)
     except MindRouterError as exc:
         return _fail(exc.message)
     finally:
@@ -119,6 +124,10 @@ async def _migrate(stores: SqlStores, ns: argparse.Namespace) -> None:
     print(f"database at revision {state.current} (was {before or 'empty'})")
     report = await apply_config(stores, load_settings(ns.config))
     print(f"config applied: {len(report.created)} created, {len(report.updated)} updated")
+    for line in report.differences:
+        print(f"changed {line}")
+    for name in report.only_in_database:
+        print(f"kept {name}: in the database only (made through the admin API or CLI)")
 
 
 # -- keys ------------------------------------------------------------------------------------
@@ -191,20 +200,27 @@ async def _users_deactivate(stores: SqlStores, ns: argparse.Namespace) -> None:
 
 async def _groups_create(stores: SqlStores, ns: argparse.Namespace) -> None:
     group = await stores.directory.create_group(
-        ns.name, GroupLimits(**_given(ns, ("scheduler_weight", *LIMITS)))
+        ns.name, GroupLimits(**_given(ns, ("scheduler_weight", *LIMITS))), ns.model
     )
     print(f"created group {group.name}")
 
 
 async def _groups_list(stores: SqlStores, ns: argparse.Namespace) -> None:
-    rows = [[g.name, _limits(g.limits)] for g in await stores.directory.list_groups()]
-    _table(("NAME", "LIMITS (0 = unlimited)"), rows)
+    rows = [
+        [g.name, _limits(g.limits), "all" if g.models is None else " ".join(g.models)]
+        for g in await stores.directory.list_groups()
+    ]
+    _table(("NAME", "LIMITS (0 = unlimited)", "MODELS"), rows)
 
 
 async def _groups_update(stores: SqlStores, ns: argparse.Namespace) -> None:
     changes = _given(ns, ("scheduler_weight", *LIMITS))
     if hasattr(ns, "rename"):
         changes["name"] = ns.rename
+    if hasattr(ns, "model"):
+        changes["models"] = ns.model
+    if getattr(ns, "all_models", False):
+        changes["models"] = None
     group = await stores.directory.update_group(ns.name, cast(GroupChanges, changes))
     print(f"updated group {group.name}")
 
@@ -298,6 +314,16 @@ def _add(
     return parser
 
 
+def _model_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--model",
+        action="append",
+        metavar="PATTERN",
+        help="a model (or fnmatch pattern, `qwen3-*`) the group may use; repeat for more; "
+        "without any, every model",
+    )
+
+
 def add_admin_commands(sub: Subparsers) -> None:
     """Registers migrate, keys, users, groups and backends on the `mindrouter` subparsers."""
     help_text = "apply the database migrations, then the config's groups, users, backends"
@@ -334,11 +360,14 @@ def add_admin_commands(sub: Subparsers) -> None:
     p = _add(groups, "create", _groups_create, "create a group")
     p.add_argument("name")
     _limit_flags(p, inherit=False)
+    _model_flag(p)
     _add(groups, "list", _groups_list, "list groups")
     p = _add(groups, "update", _groups_update, "change a group's limits", partial=True)
     p.add_argument("name")
     p.add_argument("--rename", metavar="NEW_NAME")
     _limit_flags(p, inherit=False)
+    _model_flag(p)
+    p.add_argument("--all-models", action="store_true", help="let the group use every model again")
 
     backends = _verbs(sub, "backends", "backends")
     _add(backends, "list", _backends_list, "list backends")

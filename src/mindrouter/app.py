@@ -13,15 +13,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from mindrouter.backends.monitor import BackendMonitor, MonitorTarget
-from mindrouter.components import build_adapters, build_catalog, build_limits
+from mindrouter.backends.monitor import BackendMonitor
+from mindrouter.catalog_sync import CatalogSync
+from mindrouter.components import build_adapters, build_catalog, build_limits, monitor_target
+from mindrouter.config_reload import ConfigReload, log_sync_report
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
 from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
 from mindrouter.http.common import TrustedProxies, json_response, new_context
 from mindrouter.http.connections import ConnectionPolicy
 from mindrouter.http.disconnect import CancelOnDisconnect
-from mindrouter.http.edge import Edge
+from mindrouter.http.edge import Edge, MetricsPortEdge
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
 from mindrouter.http.openai_routes import openai_routes
@@ -163,13 +165,19 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         services.clock,
     )
     monitor = BackendMonitor(
-        catalog,
-        [
-            MonitorTarget(b.name, b.engine, b.url, b.models is None, b.api_key)
-            for b in settings.backends
-        ],
-        interval=settings.health_interval_s,
+        catalog, [monitor_target(b) for b in settings.backends], interval=settings.health_interval_s
     )
+    catalog_sync = CatalogSync(
+        stores.catalog,
+        settings,
+        catalog,
+        adapters,
+        monitor,
+        gate=gate,
+        slots=slots,
+        breakers=breakers,
+    )
+    config_reload = ConfigReload(stores, catalog_sync, settings)
     responses = SqlResponseStore(stores.engine, settings.responses_retention_days)
     retention = AuditRetention(stores.audit_log, settings.audit_retention_days)
     housekeeping = Housekeeping(
@@ -190,6 +198,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         usage,
         adapters,
         monitor,
+        catalog_sync,
         leases,
         drain,
         housekeeping,
@@ -202,9 +211,10 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        await apply_config(stores, settings)
+        log_sync_report(await apply_config(stores, settings))
         await authenticator.start()
         await recovery.start()
+        await catalog_sync.start()
         await leases.start()
         await monitor.start()
         await housekeeping.start()
@@ -236,6 +246,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.runtime = runtime
     app.state.drain = drain
+    app.state.config_reload = config_reload
     trusted = TrustedProxies(settings.trusted_proxies)
     app.state.trusted_proxies = trusted
     app.state.connection_policy = ConnectionPolicy(
@@ -279,9 +290,10 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     async def prometheus(request: Request) -> Response:
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    # With `metrics_port`, a second listener serves only /metrics, without a key (the port is
-    # meant for the cluster's network); `serve` starts it.
-    app.state.metrics_app = Starlette(routes=[Route("/metrics", prometheus, methods=["GET"])])
+    # With `metrics_port`, a second listener serves only /metrics; `serve` starts it.
+    app.state.metrics_app = MetricsPortEdge(
+        Starlette(routes=[Route("/metrics", prometheus, methods=["GET"])]), settings.metrics_token
+    )
     app.add_route("/metrics", prometheus, methods=["GET"], include_in_schema=False)
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.add_route("/readyz", readyz, methods=["GET"], include_in_schema=False)

@@ -70,6 +70,7 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         graceful=settings.shutdown_grace_s + 5.0,
         on_signal=app.state.drain.begin,
     )
+    _reload_on_sighup(app.state.config_reload, ns.config)
     print(f"MindRouter listening on {server.url}", flush=True)
     if settings.metrics_port is not None:
         metrics = InLoopServer(app.state.metrics_app, host=host, port=settings.metrics_port)
@@ -77,6 +78,34 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         print(f"Metrics on {metrics.url}/metrics", flush=True)
     await server.serve_forever()
     return 0
+
+
+def _config_check(ns: argparse.Namespace) -> int:
+    """Loads the file as `serve` would; a ConfigError reaches `main`, which prints each
+    problem."""
+    from mindrouter.settings import load_settings
+
+    s = load_settings(ns.config)
+    print(
+        f"{ns.config}: valid ({len(s.groups)} groups, {len(s.users)} users, "
+        f"{len(s.backends)} backends, {len(s.models)} models)"
+    )
+    return 0
+
+
+def _reload_on_sighup(reload: Any, path: str) -> None:
+    """SIGHUP re-reads the file (see config_reload.py); one reload at a time."""
+    import asyncio
+    import signal
+
+    pending: set[asyncio.Task[bool]] = set()
+
+    def on_hup() -> None:
+        task = asyncio.ensure_future(reload.reload(path))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, on_hup)
 
 
 def _demo(ns: argparse.Namespace) -> int:
@@ -103,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen port (default: the config's, else 8000)")
     serve.set_defaults(run=_serve)
 
+    config = sub.add_parser("config", help="check a configuration file")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    check = config_sub.add_parser(
+        "check", help="list every problem of the file; exit 2 when there is one"
+    )
+    check.add_argument("--config", required=True, help="YAML configuration file")
+    check.set_defaults(run=_config_check)
+
     demo = sub.add_parser("demo", help="run the gateway with simulated backends, no setup")
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=8000)
@@ -125,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = ns.run(ns)
     except ConfigError as exc:
-        print(f"mindrouter: configuration error: {exc}", file=sys.stderr)
+        print(exc.report("mindrouter: configuration error: "), file=sys.stderr)
         return 2
     return code
 

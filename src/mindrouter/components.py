@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from mindrouter.backends import build_adapter
 from mindrouter.backends.base import EngineAdapter
+from mindrouter.backends.monitor import MonitorTarget
 from mindrouter.observability.logging import log
 from mindrouter.observability.metrics import Metrics
 from mindrouter.routing.breaker import Breaker
@@ -16,7 +17,7 @@ from mindrouter.routing.catalog import (
     Catalog,
     ModelSpec,
 )
-from mindrouter.settings import BackendSettings, Settings
+from mindrouter.settings import BackendSettings, ModelSettings, Settings
 from mindrouter.stores.limits import (
     LimitStore,
     MemoryLimitStore,
@@ -37,56 +38,69 @@ def backend_features(b: BackendSettings) -> frozenset[str]:
     return features
 
 
-def build_catalog(settings: Settings) -> Catalog:
-    specs = [
+def model_specs(models: list[ModelSettings]) -> list[ModelSpec]:
+    return [
         ModelSpec(
             name=m.name,
             context_length=m.context_length,
             capabilities=frozenset(m.capabilities),
             aliases=tuple(m.aliases),
         )
-        for m in settings.models
+        for m in models
     ]
-    backends = []
-    for b in settings.backends:
-        # Without an explicit list, a backend is taken to serve every configured model.
-        serves = (
-            {m.name: m.upstream for m in b.models}
-            if b.models is not None
-            else {s.name: s.name for s in specs}
-        )
-        backends.append(
-            BackendState(
-                name=b.name,
-                engine=b.engine,
-                max_concurrent=b.max_concurrent,
-                priority=b.priority,
-                gpu=b.gpu,
-                serves=serves,
-                features=backend_features(b),
-                breaker=Breaker(settings.breaker_threshold, settings.breaker_cooldown_s),
-            )
-        )
-    return Catalog(specs, backends)
+
+
+def backend_state(b: BackendSettings, specs: list[ModelSpec], settings: Settings) -> BackendState:
+    # Without an explicit list, a backend is taken to serve every described model until its
+    # first health check says what it serves.
+    serves = (
+        {m.name: m.upstream for m in b.models}
+        if b.models is not None
+        else {s.name: s.name for s in specs}
+    )
+    return BackendState(
+        name=b.name,
+        engine=b.engine,
+        max_concurrent=b.max_concurrent,
+        priority=b.priority,
+        gpu=b.gpu,
+        serves=serves,
+        features=backend_features(b),
+        breaker=Breaker(settings.breaker_threshold, settings.breaker_cooldown_s),
+    )
+
+
+def build_catalog(settings: Settings) -> Catalog:
+    specs = model_specs(settings.models)
+    return Catalog(specs, [backend_state(b, specs, settings) for b in settings.backends])
+
+
+def backend_adapter(
+    b: BackendSettings, state: BackendState, catalog: Catalog, settings: Settings
+) -> EngineAdapter:
+    # Ollama loads a model with the context window it is asked for; send the described one.
+    contexts = {
+        upstream: catalog.resolve(model).context_length for model, upstream in state.serves.items()
+    }
+    return build_adapter(
+        b.engine,
+        b.url,
+        timeouts=settings.timeouts,
+        api_key=b.api_key,
+        name=b.name,
+        context_lengths=contexts,
+    )
 
 
 def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdapter]:
-    adapters: dict[str, EngineAdapter] = {}
-    for b, state in zip(settings.backends, catalog.backends, strict=True):
-        # Ollama loads a model with the context window it is asked for; send the configured one.
-        contexts = {
-            upstream: catalog.resolve(model).context_length
-            for model, upstream in state.serves.items()
-        }
-        adapters[b.name] = build_adapter(
-            b.engine,
-            b.url,
-            timeouts=settings.timeouts,
-            api_key=b.api_key,
-            name=b.name,
-            context_lengths=contexts,
-        )
-    return adapters
+    return {
+        b.name: backend_adapter(b, state, catalog, settings)
+        for b, state in zip(settings.backends, catalog.backends, strict=True)
+    }
+
+
+def monitor_target(b: BackendSettings) -> MonitorTarget:
+    return MonitorTarget(b.name, b.engine, b.url, b.models is None, b.api_key)
 
 
 def build_limits(settings: Settings, metrics: Metrics) -> LimitStore:

@@ -10,6 +10,7 @@ from sqlalchemy import text as sql_text
 
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.backends.monitor import BackendMonitor
+from mindrouter.catalog_sync import CatalogSync
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.drain import Drain
@@ -37,6 +38,7 @@ class Runtime:
     usage: UsageSync
     adapters: dict[str, EngineAdapter]
     monitor: BackendMonitor
+    catalog_sync: CatalogSync
     leases: LeaseKeeper
     drain: Drain
     housekeeping: Housekeeping
@@ -74,6 +76,7 @@ async def readiness(rt: Runtime, settings: Settings) -> dict[str, str]:
 async def shutdown(rt: Runtime) -> None:
     """Stop taking work, write what is pending, then close connections; each step regardless."""
     steps = [
+        rt.catalog_sync.stop,
         rt.monitor.stop,
         rt.housekeeping.stop,
         rt.authenticator.stop,

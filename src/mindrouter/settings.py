@@ -17,77 +17,47 @@ import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
-from mindrouter.backends.base import ENGINES, Engine, Timeouts
-from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS, text_problem
+from mindrouter.backends.base import Timeouts
+from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS
 from mindrouter.routing.select import ScoreWeights
-from mindrouter.settings_fields import ConfigError as ConfigError
-from mindrouter.settings_fields import (
-    read_int,
-    read_mappings,
-    read_name,
-    read_secret,
-    read_value,
+from mindrouter.settings_cluster import CAPABILITIES as CAPABILITIES
+from mindrouter.settings_cluster import (
+    BackendModel as BackendModel,
 )
+from mindrouter.settings_cluster import (
+    BackendSettings as BackendSettings,
+)
+from mindrouter.settings_cluster import (
+    GroupSettings,
+    UserSettings,
+    read_cluster,
+)
+from mindrouter.settings_cluster import (
+    ModelSettings as ModelSettings,
+)
+from mindrouter.settings_fields import ConfigError as ConfigError
+from mindrouter.settings_fields import Section
 from mindrouter.settings_sources import (
     DEFAULT_SECRET_KEY,
     ENVIRONMENT,
     resolve_database_url,
 )
 
-CAPABILITIES = ("chat", "vision", "embedding", "rerank", "tools", "thinking")
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 ApiDocs = Literal["admin", "off"]
-
-
-@dataclass(slots=True)
-class GroupSettings:
-    name: str
-    scheduler_weight: float = 1.0
-    token_budget: int = 0
-    rpm: int = 0
-    max_concurrent: int = 0
-    budget_period_days: int = 30
-
-
-@dataclass(slots=True)
-class UserSettings:
-    name: str
-    group: str
-
-
-@dataclass(slots=True)
-class BackendModel:
-    name: str  # the gateway's model name
-    upstream: str  # the name the backend serves it under
-
-
-@dataclass(slots=True)
-class BackendSettings:
-    name: str
-    engine: Engine
-    url: str
-    gpu: str | None = None
-    max_concurrent: int = 8
-    priority: int = 0
-    models: list[BackendModel] | None = None
-    api_key: str | None = None
-    structured_output: bool = True
-
-
-@dataclass(slots=True)
-class ModelSettings:
-    name: str
-    context_length: int = 8192
-    capabilities: list[str] = field(default_factory=lambda: ["chat"])
-    aliases: list[str] = field(default_factory=list)
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./.mindrouter/mindrouter.db"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 @dataclass(slots=True)
 class Settings:
-    database_url: str = "sqlite+aiosqlite:///./.mindrouter/mindrouter.db"
+    database_url: str = DEFAULT_DATABASE_URL
     redis_url: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
@@ -135,223 +105,184 @@ class Settings:
     models: list[ModelSettings] = field(default_factory=list)
 
 
-def _backend(d: dict[str, Any], where: str, base: Path | None = None) -> BackendSettings:
-    name = read_name(d, where)
-    engine = d.get("engine")
-    if engine not in ENGINES:
-        raise ConfigError(f"{where}.engine: one of {', '.join(ENGINES)} (got {engine!r})")
-    url = d.get("url")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ConfigError(f"{where}.url: required, an http(s) URL")
-    models: list[BackendModel] | None = None
-    if d.get("models") is not None:
-        if not isinstance(d["models"], list):
-            raise ConfigError(f"{where}.models: expected a list")
-        models = []
-        for i, m in enumerate(d["models"]):
-            if isinstance(m, str):
-                models.append(BackendModel(m, m))
-            elif isinstance(m, dict) and isinstance(m.get("name"), str):
-                upstream = m.get("upstream", m["name"])
-                models.append(BackendModel(m["name"], str(upstream)))
-            else:
-                raise ConfigError(f"{where}.models[{i}]: a model name or {{name, upstream}}")
-            for text in (models[-1].name, models[-1].upstream):
-                if (problem := text_problem(text)) is not None:
-                    raise ConfigError(f"{where}.models[{i}]: {problem}")
-    if (problem := text_problem(url)) is not None:
-        raise ConfigError(f"{where}.url: {problem}")
-    return BackendSettings(
-        name=name,
-        engine=engine,
-        url=url.rstrip("/"),
-        gpu=read_value(d, "gpu", str, where, None),
-        max_concurrent=read_int(d, "max_concurrent", where, 8, (1, INT4_MAX)),
-        priority=read_int(d, "priority", where, 0, (-INT4_MAX, INT4_MAX)),
-        models=models,
-        api_key=read_secret(d, "api_key", where, base),
-        structured_output=read_value(d, "structured_output", bool, where, True),
-    )
-
-
-def _model(d: dict[str, Any], where: str) -> ModelSettings:
-    caps = read_value(d, "capabilities", list, where, ["chat"])
-    for c in caps:
-        if c not in CAPABILITIES:
-            raise ConfigError(f"{where}.capabilities: unknown {c!r}; use {', '.join(CAPABILITIES)}")
-    aliases = read_value(d, "aliases", list, where, [])
-    if not all(isinstance(a, str) and a and text_problem(a) is None for a in aliases):
-        raise ConfigError(f"{where}.aliases: expected a list of non-empty strings without NUL")
-    ctx = read_int(d, "context_length", where, 8192, (1, INT4_MAX))
-    return ModelSettings(read_name(d, where), ctx, list(caps), list(aliases))
-
-
-def _group(d: dict[str, Any], where: str) -> GroupSettings:
-    g = GroupSettings(
-        name=read_name(d, where),
-        scheduler_weight=read_value(d, "scheduler_weight", float, where, 1.0),
-        token_budget=read_int(d, "token_budget", where, 0, (0, INT8_MAX)),
-        rpm=read_int(d, "rpm", where, 0, (0, INT4_MAX)),
-        max_concurrent=read_int(d, "max_concurrent", where, 0, (0, INT4_MAX)),
-        budget_period_days=read_int(d, "budget_period_days", where, 30, (1, MAX_EXPIRES_DAYS)),
-    )
-    if not 0 < g.scheduler_weight < float("inf"):
-        raise ConfigError(f"{where}.scheduler_weight: must be a positive number")
-    return g
-
-
-def _routing_weights(d: dict[str, Any]) -> ScoreWeights:
-    known = {f.name for f in fields(ScoreWeights)}
-    for key in d:
-        if key not in known:
-            raise ConfigError(f"routing_weights.{key}: unknown; use {', '.join(sorted(known))}")
+def _routing_weights(top: Section) -> ScoreWeights:
+    s = top.section("routing_weights")
+    defaults = ScoreWeights()
     values = {
-        k: v for k in d if (v := read_value(d, k, float, "routing_weights", None)) is not None
+        f.name: s.number(f.name, getattr(defaults, f.name), at_least=0)
+        for f in fields(ScoreWeights)
     }
-    try:
-        return ScoreWeights(**values)
-    except ValueError as exc:
-        raise ConfigError(f"routing_weights.{exc}") from None
+    s.finish()
+    return ScoreWeights(**values)
 
 
-def _connections(raw: dict[str, Any], s: Settings) -> None:
-    s.header_timeout_s = read_value(raw, "header_timeout_s", float, "", s.header_timeout_s)
-    s.body_timeout_s = read_value(raw, "body_timeout_s", float, "", s.body_timeout_s)
-    if s.header_timeout_s <= 0 or s.body_timeout_s <= 0:
-        raise ConfigError("header_timeout_s and body_timeout_s: positive numbers of seconds")
-    s.max_connections_per_client = read_int(
-        raw, "max_connections_per_client", "", s.max_connections_per_client, (0, INT4_MAX)
+def _timeouts(top: Section) -> Timeouts:
+    s = top.section("timeouts")
+    d = Timeouts()
+    t = Timeouts(
+        connect=s.number("connect", d.connect, above=0),
+        first_byte=s.number("first_byte", d.first_byte, above=0),
+        total=s.number("total", d.total, above=0),
+        idle=s.number("idle", d.idle, above=0),
     )
-    s.auth_failures_per_minute = read_int(
-        raw, "auth_failures_per_minute", "", s.auth_failures_per_minute, (0, INT4_MAX)
-    )
-    docs = read_value(raw, "api_docs", str, "", s.api_docs)
-    if docs not in ("admin", "off"):
-        raise ConfigError("api_docs: admin or off")
-    s.api_docs = docs
-    s.metrics_token = read_value(raw, "metrics_token", str, "", None) or None
-    s.metrics_port = read_value(raw, "metrics_port", int, "", None)
-    if s.metrics_port is not None and not 0 <= s.metrics_port <= 65535:
-        raise ConfigError("metrics_port: a TCP port (0 picks a free one)")
+    s.finish()
+    return t
 
 
-def settings_from_dict(raw: dict[str, Any], base: Path | None = None) -> Settings:
-    """Settings from a parsed file; `base`, the file's folder, anchors its relative paths."""
-    if not isinstance(raw, dict):
-        raise ConfigError("the configuration must be a mapping")
-    s = Settings()
-    s.database_url = resolve_database_url(
-        read_value(raw, "database_url", str, "", s.database_url), base
-    )
-    s.redis_url = read_value(raw, "redis_url", str, "", None)
-    s.host = read_value(raw, "host", str, "", s.host)
-    s.port = read_value(raw, "port", int, "", s.port)
-    s.log_level = read_value(raw, "log_level", str, "", s.log_level).upper()
-    s.secret_key = read_secret(raw, "secret_key", "", base) or s.secret_key
-    field_name = read_value(raw, "reasoning_field", str, "", s.reasoning_field)
-    if field_name not in ("reasoning_content", "reasoning", "both"):
-        raise ConfigError("reasoning_field: one of reasoning_content, reasoning, both")
-    s.reasoning_field = field_name
-    s.max_body_bytes = read_value(raw, "max_body_bytes", int, "", s.max_body_bytes)
-    t = read_value(raw, "timeouts", dict, "", {})
-    s.timeouts = Timeouts(
-        connect=read_value(t, "connect", float, "timeouts", 10.0),
-        first_byte=read_value(t, "first_byte", float, "timeouts", 60.0),
-        total=read_value(t, "total", float, "timeouts", 180.0),
-        idle=read_value(t, "idle", float, "timeouts", 60.0),
-    )
-    for key in ("connect", "first_byte", "total", "idle"):
-        if getattr(s.timeouts, key) <= 0:
-            raise ConfigError(f"timeouts.{key}: must be positive")
-    s.max_attempts = read_value(raw, "max_attempts", int, "", s.max_attempts)
-    if s.max_attempts < 1:
-        raise ConfigError("max_attempts: must be at least 1")
-    s.capacity_wait_s = read_value(raw, "capacity_wait_s", float, "", s.capacity_wait_s)
-    s.redis_prefix = read_value(raw, "redis_prefix", str, "", s.redis_prefix)
-    policy = read_value(raw, "redis_unavailable", str, "", s.redis_unavailable)
-    if policy not in ("fail_closed", "fail_open"):
-        raise ConfigError("redis_unavailable: fail_closed or fail_open")
-    s.redis_unavailable = policy
-    proxies = read_value(raw, "trusted_proxies", list, "", [])
-    for i, p in enumerate(proxies):
+def _trusted_proxies(top: Section) -> list[str]:
+    proxies = []
+    for i, p in enumerate(top.strings("trusted_proxies", [])):
         try:
-            ipaddress.ip_network(str(p).strip(), strict=False)
+            ipaddress.ip_network(p.strip(), strict=False)
         except ValueError:
-            raise ConfigError(
-                f"trusted_proxies[{i}]: {p!r} is not an IP address or CIDR range"
-            ) from None
-    s.trusted_proxies = [str(p).strip() for p in proxies]
-    _connections(raw, s)
-    s.heartbeat_s = read_value(raw, "heartbeat_s", float, "", s.heartbeat_s)
-    s.instance_stale_s = read_value(raw, "instance_stale_s", float, "", s.instance_stale_s)
-    if not 0 < s.heartbeat_s <= s.instance_stale_s / 3:
-        raise ConfigError("heartbeat_s: positive and at most a third of instance_stale_s")
-    if s.instance_stale_s > 120:
-        raise ConfigError("instance_stale_s: at most 120 seconds")
-    s.lease_s = read_value(raw, "lease_s", float, "", s.lease_s)
-    s.lease_renew_s = read_value(raw, "lease_renew_s", float, "", s.lease_renew_s)
-    if not 0 < s.lease_renew_s <= s.lease_s / 2:
-        raise ConfigError("lease_renew_s: positive and at most half of lease_s")
-    if s.lease_s > 300:
-        raise ConfigError("lease_s: at most 300 seconds")
-    s.shutdown_grace_s = read_value(raw, "shutdown_grace_s", float, "", s.shutdown_grace_s)
-    if s.shutdown_grace_s < 0:
-        raise ConfigError("shutdown_grace_s: must not be negative")
-    s.responses_retention_days = read_value(
-        raw, "responses_retention_days", int, "", s.responses_retention_days
+            top.problems.append(f"trusted_proxies[{i}]: {p!r} is not an IP address or CIDR range")
+            continue
+        proxies.append(p.strip())
+    return proxies
+
+
+def _redis_url(top: Section) -> str | None:
+    url: str | None = top.value("redis_url", str, None)
+    if url and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        top.fail("redis_url", f"a redis://, rediss:// or unix:// URL, got {url!r}")
+        return None
+    return url or None
+
+
+def _database_url(top: Section, base: Path | None) -> str:
+    url: str = top.value("database_url", str, DEFAULT_DATABASE_URL)
+    try:
+        make_url(url)
+    except ArgumentError:
+        top.fail("database_url", f"not a database URL: {url!r}")
+        return DEFAULT_DATABASE_URL
+    return resolve_database_url(url, base)
+
+
+def _connections(top: Section, s: Settings) -> None:
+    s.header_timeout_s = top.number("header_timeout_s", s.header_timeout_s, above=0)
+    s.body_timeout_s = top.number("body_timeout_s", s.body_timeout_s, above=0)
+    s.max_connections_per_client = top.integer(
+        "max_connections_per_client", s.max_connections_per_client, (0, INT4_MAX)
     )
-    if not 0 <= s.responses_retention_days <= 3650:
-        raise ConfigError("responses_retention_days: between 0 and 3650")
-    s.fairshare_sync_s = read_value(raw, "fairshare_sync_s", float, "", s.fairshare_sync_s)
-    if not 0 < s.fairshare_sync_s <= 1:
-        raise ConfigError("fairshare_sync_s: between 0 and 1 second")
-    s.health_interval_s = read_value(raw, "health_interval_s", float, "", s.health_interval_s)
-    s.breaker_threshold = read_value(raw, "breaker_threshold", int, "", s.breaker_threshold)
-    s.breaker_cooldown_s = read_value(raw, "breaker_cooldown_s", float, "", s.breaker_cooldown_s)
-    if s.health_interval_s <= 0 or s.breaker_threshold < 1 or s.breaker_cooldown_s < 0:
-        raise ConfigError("health_interval_s, breaker_threshold and breaker_cooldown_s: positive")
-    s.audit_retention_days = read_value(raw, "audit_retention_days", int, "", 0)
-    if s.audit_retention_days < 0:
-        raise ConfigError("audit_retention_days: 0 (keep everything) or a number of days")
-    s.routing_weights = _routing_weights(read_value(raw, "routing_weights", dict, "", {}))
-    s.groups = [_group(d, f"groups[{i}]") for i, d in enumerate(read_mappings(raw, "groups"))]
-    s.users = [
-        UserSettings(
-            read_name(d, f"users[{i}]"), read_value(d, "group", str, f"users[{i}]", "default")
+    s.auth_failures_per_minute = top.integer(
+        "auth_failures_per_minute", s.auth_failures_per_minute, (0, INT4_MAX)
+    )
+    s.api_docs = top.choice("api_docs", ("admin", "off"), s.api_docs)  # type: ignore[assignment]
+    s.metrics_token = top.value("metrics_token", str, None) or None
+    if top.has("metrics_port"):
+        s.metrics_port = top.integer("metrics_port", 0, (0, 65535))
+
+
+def _heartbeat(top: Section, s: Settings) -> None:
+    s.instance_stale_s = top.number("instance_stale_s", s.instance_stale_s, above=0, at_most=120)
+    s.heartbeat_s = top.number("heartbeat_s", s.heartbeat_s, above=0)
+    if s.heartbeat_s > s.instance_stale_s / 3:
+        top.fail(
+            "heartbeat_s",
+            f"at most a third of instance_stale_s ({s.instance_stale_s:g}), got {s.heartbeat_s:g}",
         )
-        for i, d in enumerate(read_mappings(raw, "users"))
-    ]
-    s.backends = [
-        _backend(d, f"backends[{i}]", base) for i, d in enumerate(read_mappings(raw, "backends"))
-    ]
-    s.models = [_model(d, f"models[{i}]") for i, d in enumerate(read_mappings(raw, "models"))]
-    _check_unique("backends", [b.name for b in s.backends])
-    _check_unique("models", [n for m in s.models for n in [m.name, *m.aliases]])
-    _check_unique("groups", [g.name for g in s.groups])
+
+
+def _leases(top: Section, s: Settings) -> None:
+    s.lease_s = top.number("lease_s", s.lease_s, above=0, at_most=300)
+    s.lease_renew_s = top.number("lease_renew_s", s.lease_renew_s, above=0)
+    if s.lease_renew_s > s.lease_s / 2:
+        top.fail(
+            "lease_renew_s", f"at most half of lease_s ({s.lease_s:g}), got {s.lease_renew_s:g}"
+        )
+
+
+def settings_from_dict(raw: Any, base: Path | None = None) -> Settings:
+    """Settings from a parsed file; `base`, the file's folder, anchors its relative paths.
+    Raises ConfigError listing every problem of the file."""
+    if not isinstance(raw, dict):
+        raise ConfigError("the configuration must be a mapping of keys to values")
+    problems: list[str] = []
+    top = Section(raw, "", problems)
+    s = Settings()
+    s.database_url = _database_url(top, base)
+    s.redis_url = _redis_url(top)
+    s.host = top.value("host", str, s.host)
+    s.port = top.integer("port", s.port, (0, 65535))
+    s.log_level = top.value("log_level", str, s.log_level).upper()
+    if s.log_level not in LOG_LEVELS:
+        top.fail("log_level", f"one of {', '.join(LOG_LEVELS)}, got {s.log_level!r}")
+        s.log_level = "INFO"
+    s.secret_key = top.secret("secret_key", base) or s.secret_key
+    s.reasoning_field = top.choice(  # type: ignore[assignment]
+        "reasoning_field", ("reasoning_content", "reasoning", "both"), s.reasoning_field
+    )
+    s.max_body_bytes = top.integer("max_body_bytes", s.max_body_bytes, (1, INT8_MAX))
+    s.timeouts = _timeouts(top)
+    s.max_attempts = top.integer("max_attempts", s.max_attempts, (1, 100))
+    s.capacity_wait_s = top.number("capacity_wait_s", s.capacity_wait_s, at_least=0)
+    s.redis_prefix = top.value("redis_prefix", str, s.redis_prefix)
+    s.redis_unavailable = top.choice(  # type: ignore[assignment]
+        "redis_unavailable", ("fail_closed", "fail_open"), s.redis_unavailable
+    )
+    s.trusted_proxies = _trusted_proxies(top)
+    _connections(top, s)
+    _heartbeat(top, s)
+    _leases(top, s)
+    s.shutdown_grace_s = top.number("shutdown_grace_s", s.shutdown_grace_s, at_least=0)
+    s.responses_retention_days = top.integer(
+        "responses_retention_days", s.responses_retention_days, (0, 3650)
+    )
+    s.fairshare_sync_s = top.number("fairshare_sync_s", s.fairshare_sync_s, above=0, at_most=1)
+    s.health_interval_s = top.number("health_interval_s", s.health_interval_s, above=0)
+    s.breaker_threshold = top.integer("breaker_threshold", s.breaker_threshold, (1, INT4_MAX))
+    s.breaker_cooldown_s = top.number("breaker_cooldown_s", s.breaker_cooldown_s, at_least=0)
+    s.audit_retention_days = top.integer("audit_retention_days", 0, (0, MAX_EXPIRES_DAYS))
+    s.routing_weights = _routing_weights(top)
+    cluster = read_cluster(top, base)
+    s.groups, s.users, s.backends, s.models = (
+        cluster.groups,
+        cluster.users,
+        cluster.backends,
+        cluster.models,
+    )
+    top.finish()
+    if problems:
+        raise ConfigError(*problems)
     return s
 
 
-def _check_unique(what: str, names: list[str]) -> None:
-    seen: set[str] = set()
-    for n in names:
-        if n in seen:
-            raise ConfigError(f"{what}: {n!r} appears more than once")
-        seen.add(n)
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys in a mapping; a file saying `rpm` twice is a
+    mistake, so it is refused."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        return yaml.load(path.read_text(), Loader=_StrictLoader) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
 def load_settings(path: str | Path | None) -> Settings:
     """Read the YAML file (if any), then apply the environment variables of ENVIRONMENT (their
     relative SQLite paths are the current directory's, as for any command-line value)."""
-    raw: dict[str, Any] = {}
+    raw: Any = {}
     base: Path | None = None
     if path is not None:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
-        try:
-            raw = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from exc
+        raw = read_yaml(p)
         base = p.resolve().parent
     settings = settings_from_dict(raw, base)
     for variable, key in ENVIRONMENT.items():

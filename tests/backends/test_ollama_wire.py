@@ -160,6 +160,16 @@ def test_think_mapping(reasoning: Reasoning, think: Any) -> None:
     assert encode_think(reasoning) == think
 
 
+def test_system_turns_stay_where_the_client_put_them() -> None:
+    # Ollama's templates render a system message wherever it stands.
+    req = ChatRequest(
+        "m",
+        [text_message("user", "Hi"), text_message("system", "Env"), text_message("user", "Go")],
+    )
+    roles = [m["role"] for m in encode_chat(req, stream=False)["messages"]]
+    assert roles == ["user", "system", "user"]
+
+
 def test_tool_choice_none_drops_tools_and_named_keeps_one() -> None:
     tools = [Tool("a"), Tool("b")]
     none = ChatRequest(

@@ -285,3 +285,49 @@ def test_token_counting_bodies() -> None:
         "model": "m",
         "messages": [{"role": "user", "content": "Hi"}],
     }
+
+
+def _system_turns() -> list[Message]:
+    """As Anthropic clients send it: a system prompt, then a system turn after the user's."""
+    return [
+        text_message("system", "You are an agent."),
+        text_message("user", "List the files"),
+        text_message("system", "# Environment\ncwd: /work"),
+        Message("assistant", [], tool_calls=[ToolCall("call_1", "ls", "{}")]),
+        Message("tool", [TextPart("a.txt")], tool_call_id="call_1"),
+        text_message("system", "Be brief."),
+    ]
+
+
+def test_vllm_and_llamacpp_fold_system_turns_into_the_leading_one() -> None:
+    for flavor in (VLLM, LLAMACPP):
+        req = ChatRequest("m", _system_turns())
+        messages = encode_chat(req, flavor, stream=False)["messages"]
+        assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool"]
+        folded = "You are an agent.\n\n# Environment\ncwd: /work\n\nBe brief."
+        assert messages[0]["content"] == folded
+    # The token count sees what the call sends.
+    tokenized = encode_tokenize(ChatRequest("m", _system_turns()))["messages"]
+    assert [m["role"] for m in tokenized] == ["system", "user", "assistant", "tool"]
+    applied = encode_apply_template(ChatRequest("m", _system_turns()))["messages"]
+    assert [m["role"] for m in applied] == ["system", "user", "assistant", "tool"]
+    # Without a leading one, the first system turn's text leads.
+    late = ChatRequest("m", [text_message("user", "Hi"), text_message("system", "Env")])
+    assert encode_chat(late, VLLM, stream=False)["messages"] == [
+        {"role": "system", "content": "Env"},
+        {"role": "user", "content": "Hi"},
+    ]
+
+
+def test_system_turns_stay_in_place_for_a_generic_server() -> None:
+    messages = encode_chat(ChatRequest("m", _system_turns()), GENERIC, stream=False)["messages"]
+    roles = ["system", "user", "system", "assistant", "tool", "system"]
+    assert [m["role"] for m in messages] == roles
+
+
+def test_a_single_leading_system_message_is_left_alone() -> None:
+    req = ChatRequest("m", [text_message("system", "S"), text_message("user", "Hi")])
+    assert encode_chat(req, VLLM, stream=False)["messages"] == [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "Hi"},
+    ]

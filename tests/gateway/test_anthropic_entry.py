@@ -554,3 +554,19 @@ def test_text_between_parallel_tool_fragments_is_held_in_order() -> None:
     message = fold_events(_encode(events)).message
     assert [b.type for b in message.content] == ["tool_use", "tool_use", "text"]
     assert [b.input for b in message.content if b.type == "tool_use"] == [{"x": 1}, {"y": 2}]
+
+
+def test_the_sdk_pointed_at_the_root(stack: Stack) -> None:
+    """`ANTHROPIC_BASE_URL` at the gateway's root, as most guides say: `/v1/messages` (with
+    Claude Code's `?beta=true`), `/v1/messages/count_tokens` and the model list all answer."""
+    root = anthropic.Anthropic(base_url=stack.url, api_key=stack.key, max_retries=0)
+    user = [{"role": "user", "content": "Hi"}]
+    made = root.beta.messages.create(
+        model="chat-llamacpp", max_tokens=16, messages=user, betas=["context-management-2025-06-27"]
+    )
+    assert made.content and made.content[0].type == "text"
+    with root.messages.stream(model="chat-ollama", max_tokens=16, messages=user) as stream:
+        assert stream.get_final_message().usage.output_tokens > 0
+    counted = root.messages.count_tokens(model="chat-vllm", messages=user)
+    assert counted.input_tokens > 0
+    assert "chat-vllm" in [m.id for m in root.models.list()]

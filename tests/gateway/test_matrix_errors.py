@@ -1,8 +1,8 @@
 """Malformed requests to the Anthropic and Ollama entries: a 4xx in that dialect's error shape,
 naming the problem, never a 500.
 
-Anthropic: `{"type":"error","error":{"type":…,"message":…},"request_id":…}` (PROTOCOLS §2.5).
-Ollama: `{"error":"<text>"}`, a plain string (PROTOCOLS §3.7).
+Anthropic: `{"type":"error","error":{"type":…,"message":…},"request_id":…}`.
+Ollama: `{"error":"<text>"}`, a plain string.
 Requests without a valid API key get 401 in the same shapes, and a backend that breaks off in
 the middle of a stream is reported in-band in each dialect's own way.
 """

@@ -9,7 +9,16 @@ import httpx
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.gateway.stack import METRICS_TOKEN, Stack
+from mindrouter.app import build_app
+from mindrouter.serving import ThreadServer
+from mindrouter.settings import settings_from_dict
+from tests.gateway.stack import (
+    METRICS_TOKEN,
+    SIM_ENGINES,
+    Stack,
+    gateway_config,
+    sqlite_url,
+)
 
 
 def scrape(stack: Stack) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -72,3 +81,32 @@ def test_series_move_when_requests_flow(stack: Stack, oai: openai.OpenAI) -> Non
         assert value(after, "mindrouter_backend_healthy", backend=backend) == 1
         assert ("mindrouter_backend_breaker_state", (("backend", backend),)) in after
         assert ("mindrouter_backend_in_flight", (("backend", backend),)) in after
+
+
+def test_the_metrics_port_asks_for_the_token_when_one_is_set(stack: Stack) -> None:
+    # What `serve` starts on `metrics_port`: /metrics alone, with the token when one is set.
+    listener = ThreadServer(stack.app.state.metrics_app).start()
+    try:
+        refused = httpx.get(listener.url + "/metrics", timeout=10)
+        assert refused.status_code == 401
+        assert "metrics_token" in refused.json()["error"]["message"]
+        wrong = httpx.get(listener.url + "/metrics", headers=stack.auth, timeout=10)
+        assert wrong.status_code == 401  # keys are for the main port
+        auth = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+        r = httpx.get(listener.url + "/metrics", headers=auth, timeout=10)
+        assert r.status_code == 200
+        assert "mindrouter_requests_total" in r.text
+        assert httpx.get(listener.url + "/v1/models", headers=auth).status_code == 404
+    finally:
+        listener.stop()
+
+
+def test_the_metrics_port_is_open_without_a_token() -> None:
+    raw = gateway_config({e: "http://127.0.0.1:9" for e in SIM_ENGINES}, database_url=sqlite_url())
+    del raw["metrics_token"]
+    app = build_app(settings_from_dict(raw))
+    listener = ThreadServer(app.state.metrics_app).start()
+    try:
+        assert httpx.get(listener.url + "/metrics", timeout=10).status_code == 200
+    finally:
+        listener.stop()

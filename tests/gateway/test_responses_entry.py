@@ -330,7 +330,11 @@ def test_what_codex_sends_is_accepted(stack: Stack) -> None:
     sent = stack.sim_state("vllm").records[-1].body
     assert [t["function"]["name"] for t in sent["tools"]] == ["exec_command", "read_file"]
     assert "client_metadata" not in sent and "include" not in sent
-    assert sent["messages"][0] == {"role": "system", "content": "You are a coding agent."}
+    # The instructions and the developer item, as one leading system message for vLLM.
+    assert sent["messages"] == [
+        {"role": "system", "content": "You are a coding agent.\n\nSandbox: none"},
+        {"role": "user", "content": "List files"},
+    ]
 
 
 def test_a_call_from_a_namespace_is_reported_under_it(stack: Stack) -> None:

@@ -89,9 +89,10 @@ def test_add_discovered_adds_a_new_model_with_the_backends_context() -> None:
     assert c.resolve("qwen3:8b").context_length == 40960
     assert c.add_discovered("mistral", None) == "mistral"
     assert c.resolve("mistral").context_length == DEFAULT_CONTEXT
-    # Found again later: the same name, no duplicate.
-    assert c.add_discovered("qwen3:8b", 1) == "qwen3:8b"
-    assert c.resolve("qwen3:8b").context_length == 40960
+    # Found again later: the same name, no duplicate, with what the backend says now.
+    assert c.add_discovered("qwen3:8b", 32768) == "qwen3:8b"
+    assert c.resolve("qwen3:8b").context_length == 32768
+    assert [s.name for s in c.models()].count("qwen3:8b") <= 1
 
 
 def test_a_discovered_latest_model_resolves_without_its_tag() -> None:

@@ -161,6 +161,22 @@ def test_tool_call_has_object_arguments(ollama_sim: Sim) -> None:
         tools=[TOOL],
     )
     assert not answered.message.tool_calls and answered.message.content
+    commented = client.chat(
+        model="sim-chat",
+        messages=[
+            *messages,
+            {"role": "assistant", "content": "", "tool_calls": [c.model_dump() for c in calls]},
+            {"role": "tool", "content": "3 cats", "tool_name": "lookup"},
+            {"role": "user", "content": "(a reminder)"},
+            {"role": "system", "content": "env"},
+        ],
+        tools=[TOOL],
+    )
+    assert not commented.message.tool_calls and commented.message.content
+    trailing_system = client.chat(
+        model="sim-chat", messages=[*messages, {"role": "system", "content": "env"}], tools=[TOOL]
+    )
+    assert trailing_system.message.tool_calls
 
 
 def test_format_json_and_schema(ollama_sim: Sim) -> None:

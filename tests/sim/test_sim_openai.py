@@ -191,6 +191,25 @@ def test_named_tool_choice_and_tool_result(oai: Sim) -> None:
     )
     assert followup.choices[0].finish_reason == "stop"
     assert followup.choices[0].message.content
+    # A user message of the client's own after the result still gets text, and a system turn
+    # after the user's message still gets the call.
+    commented = client.chat.completions.create(
+        model="sim-chat",
+        messages=[
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": "{}"},
+            {"role": "user", "content": "(a reminder)"},
+        ],
+        tools=[WEATHER_TOOL],
+    )
+    assert commented.choices[0].finish_reason == "stop"
+    trailing_system = client.chat.completions.create(
+        model="sim-chat",
+        messages=[{"role": "user", "content": "x"}, {"role": "system", "content": "env"}],
+        tools=[WEATHER_TOOL],
+    )
+    assert trailing_system.choices[0].finish_reason == "tool_calls"
     none = client.chat.completions.create(
         model="sim-chat", messages=HI, tools=[WEATHER_TOOL], tool_choice="none"
     )

@@ -8,7 +8,7 @@ import json
 from mindrouter.sim.embedding import embedding_vector, to_base64
 from mindrouter.sim.engine import SlotPool
 from mindrouter.sim.schema import instance_for_schema
-from mindrouter.sim.text import ReplySpec, ToolSpec, fragments, plan_reply
+from mindrouter.sim.text import ReplySpec, ToolSpec, calls_tool, fragments, plan_reply
 from mindrouter.sim.tokenizer import ChatMessage, count_tokens, render_chat
 
 
@@ -57,6 +57,22 @@ def test_tool_call_plan() -> None:
     assert json.loads(plan.tool_call.arguments).keys() == {"q"}
     cut = plan_reply(spec(tool=ToolSpec("find", schema), budget=2))
     assert cut.finish == "length" and cut.completion_tokens == 2
+
+
+def test_tool_call_rule_lets_agent_loops_end() -> None:
+    assert calls_tool(["user"])
+    assert calls_tool(["system", "user"])
+    # Claude Code: the environment as a system turn after the user's message.
+    assert calls_tool(["system", "user", "system"])
+    assert calls_tool(["user", "assistant", "tool", "assistant", "user", "developer"])
+    assert not calls_tool([])
+    assert not calls_tool(["system"])
+    assert not calls_tool(["user", "assistant"])
+    assert not calls_tool(["user", "assistant", "tool"])
+    assert not calls_tool(["user", "assistant", "function"])
+    # A tool result followed by the client's own user message (Claude Code's reminders).
+    assert not calls_tool(["user", "assistant", "tool", "user"])
+    assert not calls_tool(["user", "assistant", "tool", "user", "system"])
 
 
 def test_fragments() -> None:

@@ -86,7 +86,23 @@ async def test_users_default_group_is_created_and_unknown_groups_are_refused(
     u = unique("u")
     await apply_config(stores, settings_from_dict({"users": [{"name": u}]}))
     assert (await stores.directory.get_user(u)).group == "default"
-    with pytest.raises(ConfigError, match="unknown group"):
-        await apply_config(
-            stores, settings_from_dict({"users": [{"name": u, "group": unique("nope")}]})
-        )
+    with pytest.raises(ConfigError, match="no group named"):
+        settings_from_dict({"users": [{"name": u, "group": unique("nope")}]})
+
+
+async def test_differences_with_the_database_are_reported(stores: SqlStores) -> None:
+    g, u, b, m = (unique(p) for p in ("g", "u", "b", "m"))
+    settings = settings_from_dict(config(g, u, b, m))
+    await apply_config(stores, settings)
+    await stores.catalog.update_backend(b, {"max_concurrent": 3})
+    made = unique("api-made")
+    await stores.catalog.create_backend(made, "ollama", "http://gpu2:11434")
+    epoch = await stores.catalog.catalog_epoch()
+    report = await apply_config(stores, settings)
+    assert report.differences == [
+        f"backend:{b} max_concurrent: 3 in the database, 8 in the file (the file's applied)"
+    ]
+    assert f"backend:{made}" in report.only_in_database
+    assert (await stores.catalog.get_backend(b)).max_concurrent == 8
+    assert (await stores.catalog.get_backend(made)).engine == "ollama", "left alone"
+    assert await stores.catalog.catalog_epoch() > epoch, "routing re-reads the rows"

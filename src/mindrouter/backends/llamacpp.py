@@ -1,5 +1,5 @@
 """llama.cpp's `llama-server`: the OpenAI wire, reasoning in `reasoning_content`, and chat token
-counting through `/apply-template` + `/tokenize` (PROTOCOLS §5).
+counting through `/apply-template` + `/tokenize`.
 
 Configured URL: the server root, with or without a trailing `/v1`. The server holds one model,
 but requests still name it (router mode serves several and picks by that name).

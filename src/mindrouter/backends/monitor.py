@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from mindrouter.backends.probe import (
+    OllamaShown,
     Probe,
     probe_llamacpp,
     probe_ollama,
@@ -48,7 +49,7 @@ class BackendMonitor:
         self.interval = interval
         self.timeout = timeout
         self._states = {b.name: b for b in catalog.backends}
-        self._contexts: dict[str, dict[str, int | None]] = {}
+        self._shown: dict[str, dict[str, OllamaShown]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -76,11 +77,23 @@ class BackendMonitor:
             except Exception:
                 log.exception("health round failed")
 
+    async def retarget(self, targets: list[MonitorTarget]) -> None:
+        """Checks `targets` (the catalog's backends, which changed) from now on; new ones and
+        ones whose address changed are checked at once, before routing relies on them."""
+        before = {t.name: t for t in self.targets}
+        self.targets = targets
+        self._states = {b.name: b for b in self.catalog.backends}
+        fresh = [t for t in targets if before.get(t.name) != t]
+        if fresh and self._session is not None:
+            await asyncio.gather(*(self.check(t) for t in fresh))
+
     async def check_all(self) -> None:
         await asyncio.gather(*(self.check(t) for t in self.targets))
 
     async def check(self, target: MonitorTarget) -> None:
-        state = self._states[target.name]
+        state = self._states.get(target.name)
+        if state is None:
+            return  # removed from the catalog since the round began
         try:
             probe = await self._probe(target)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
@@ -103,10 +116,7 @@ class BackendMonitor:
         if t.engine == "llamacpp":
             return await probe_llamacpp(s, t.url)
         if t.engine == "ollama":
-            known = self._contexts.setdefault(t.name, {})
-            probe = await probe_ollama(s, t.url, known)
-            known.update(probe.models)
-            return probe
+            return await probe_ollama(s, t.url, self._shown.setdefault(t.name, {}))
         headers = {"authorization": f"Bearer {t.api_key}"} if t.api_key else None
         return await probe_openai(s, t.url, headers)
 
@@ -118,8 +128,11 @@ class BackendMonitor:
         if target.discover and probe.models:
             served: dict[str, str] = {}
             for upstream, context in probe.models.items():
-                model = self.catalog.add_discovered(upstream, context)
-                served[model] = upstream
+                model = self.catalog.add_discovered(
+                    upstream, context, probe.capabilities.get(upstream)
+                )
+                if model is not None:
+                    served[model] = upstream
             state.serves = served
         by_upstream = {up: model for model, up in state.serves.items()}
         if probe.loaded is None:

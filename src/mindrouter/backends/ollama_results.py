@@ -4,7 +4,7 @@ A non-streamed answer is the same object as the last stream line, with the whole
 so one decoder serves both: feed lines (or the single object), then read `usage`.
 Tool calls arrive whole, so each becomes start + one arguments fragment + end; Ollama often
 sends no id, and one is minted. Ollama has no tool-call finish reason: it is inferred from the
-calls (PROTOCOLS §7.1).
+calls.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Canonical requests → Ollama's native API JSON: /api/chat, /api/generate, /api/embed (pure).
 
-Differences from the OpenAI wire that matter here (PROTOCOLS §3, §6.2, §7.3, §7.4):
+Differences from the OpenAI wire that matter here:
 - images are bare base64 on the message; remote URLs would need a download, which the gateway
   does not do (SSRF risk), so they are refused;
 - tool-call arguments are objects, tool results name the tool;

@@ -1,6 +1,6 @@
 """OpenAI wire answers → canonical results: finish reasons, usage, chat and completion choices,
 embeddings (pure, no I/O). Reasoning is read from `reasoning` or `reasoning_content`, whichever
-the engine version sends (PROTOCOLS §4.4)."""
+the engine version sends."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Canonical requests → OpenAI wire JSON, for every engine that speaks it (pure, no I/O).
 
 vLLM, llama.cpp and generic OpenAI-compatible servers share the body; a `Flavor` says what each
-accepts beyond the standard fields (PROTOCOLS §4.3, §5, §6.2).
+accepts beyond the standard fields.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from mindrouter.canonical import (
     TextPart,
     Tool,
     ToolChoice,
+    text_message,
 )
 
 Json = dict[str, Any]
@@ -41,6 +42,8 @@ class Flavor:
     thinking_budget: bool
     include_reasoning: bool
     reasoning_format: bool
+    # Merge every system turn into one leading system message (`fold_system_turns`).
+    fold_system: bool
 
 
 VLLM = Flavor(
@@ -55,6 +58,7 @@ VLLM = Flavor(
     thinking_budget=True,
     include_reasoning=True,
     reasoning_format=False,
+    fold_system=True,
 )
 LLAMACPP = Flavor(
     replay_reasoning_as="reasoning_content",
@@ -69,6 +73,7 @@ LLAMACPP = Flavor(
     thinking_budget=False,
     include_reasoning=False,
     reasoning_format=True,
+    fold_system=True,
 )
 GENERIC = Flavor(
     replay_reasoning_as=None,
@@ -78,7 +83,23 @@ GENERIC = Flavor(
     thinking_budget=False,
     include_reasoning=False,
     reasoning_format=False,
+    fold_system=False,
 )
+
+
+def fold_system_turns(messages: list[Message]) -> list[Message]:
+    """One leading system message holding every system turn's text, in order; the rest as is.
+
+    The canonical form keeps system turns where the client put them (Anthropic clients send them
+    between user and assistant turns). Many chat templates that vLLM and llama.cpp apply accept a
+    system message only first (Gemma's raises an error for any other), so for those engines the
+    instructions move to the front, where every template takes them.
+    """
+    systems = [m for m in messages if m.role == "system"]
+    if not systems or (len(systems) == 1 and messages[0].role == "system"):
+        return messages
+    text = "\n\n".join(t for t in (m.text() for m in systems) if t)
+    return [text_message("system", text), *(m for m in messages if m.role != "system")]
 
 
 def encode_content(parts: list[TextPart | ImagePart]) -> str | list[Json]:
@@ -195,7 +216,8 @@ def _put_stream(body: Json, stream: bool) -> None:
 
 
 def encode_chat(req: ChatRequest, flavor: Flavor, *, stream: bool) -> Json:
-    body: Json = {"model": req.model, "messages": [encode_message(m, flavor) for m in req.messages]}
+    messages = fold_system_turns(req.messages) if flavor.fold_system else req.messages
+    body: Json = {"model": req.model, "messages": [encode_message(m, flavor) for m in messages]}
     _put_sampling(body, req.sampling, flavor)
     if req.tools:
         body["tools"] = [encode_tool(t) for t in req.tools]

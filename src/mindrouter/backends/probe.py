@@ -24,6 +24,8 @@ class Probe:
     healthy: bool
     error: str | None = None
     models: dict[str, int | None] = field(default_factory=dict)  # name -> context length
+    # name -> the gateway's capabilities, where the engine says (Ollama's /api/show)
+    capabilities: dict[str, frozenset[str]] = field(default_factory=dict)
     loaded: set[str] | None = None  # None: the engine keeps every model it serves loaded
     running: float | None = None
     waiting: float | None = None
@@ -96,9 +98,21 @@ async def probe_llamacpp(session: aiohttp.ClientSession, url: str) -> Probe:
     return Probe(True, models=models)
 
 
+# Ollama's capability names, as the gateway's ("completion" is what it calls chat).
+_OLLAMA_CAPABILITIES = {
+    "completion": "chat",
+    "vision": "vision",
+    "tools": "tools",
+    "thinking": "thinking",
+    "embedding": "embedding",
+}
+OllamaShown = tuple[int | None, frozenset[str] | None]
+
+
 async def probe_ollama(
-    session: aiohttp.ClientSession, url: str, known: dict[str, int | None]
+    session: aiohttp.ClientSession, url: str, known: dict[str, OllamaShown]
 ) -> Probe:
+    """`known` keeps what /api/show said of each model, so it is asked once per model."""
     status, _ = await _get(session, f"{url}/")
     if status != 200:
         return Probe(False, f"GET / answered {status}")
@@ -107,30 +121,41 @@ async def probe_ollama(
         return Probe(False, f"/api/tags answered {status}")
     names = [m.get("name") for m in orjson.loads(body).get("models") or []]
     models: dict[str, int | None] = {}
+    capabilities: dict[str, frozenset[str]] = {}
     for name in names:
         if not isinstance(name, str):
             continue
-        if name in known and known[name] is not None:
-            models[name] = known[name]
-            continue
-        models[name] = await _ollama_context(session, url, name)
+        if name not in known or known[name][0] is None:
+            known[name] = await _ollama_show(session, url, name)
+        context, caps = known[name]
+        models[name] = context
+        if caps:
+            capabilities[name] = caps
     status, body = await _get(session, f"{url}/api/ps")
     loaded = (
         {m["name"] for m in orjson.loads(body).get("models") or [] if isinstance(m, dict)}
         if status == 200
         else set()
     )
-    return Probe(True, models=models, loaded=loaded)
+    return Probe(True, models=models, loaded=loaded, capabilities=capabilities)
 
 
-async def _ollama_context(session: aiohttp.ClientSession, url: str, name: str) -> int | None:
+async def _ollama_show(session: aiohttp.ClientSession, url: str, name: str) -> OllamaShown:
+    """The context length and capabilities /api/show reports (None where it says nothing)."""
     status, body = await _post(session, f"{url}/api/show", {"model": name})
     if status != 200:
-        return None
-    info = orjson.loads(body).get("model_info") or {}
+        return None, None
+    shown = orjson.loads(body)
+    info = shown.get("model_info") or {}
     arch = info.get("general.architecture")
     ctx = info.get(f"{arch}.context_length") if isinstance(arch, str) else None
-    return ctx if isinstance(ctx, int) else None
+    listed = shown.get("capabilities")
+    caps = (
+        frozenset(_OLLAMA_CAPABILITIES[c] for c in listed if c in _OLLAMA_CAPABILITIES)
+        if isinstance(listed, list)
+        else None
+    )
+    return (ctx if isinstance(ctx, int) else None), (caps or None)
 
 
 async def probe_openai(

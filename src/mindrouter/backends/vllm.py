@@ -1,4 +1,4 @@
-"""vLLM's OpenAI server: the OpenAI wire plus vLLM's sampling and reasoning extras (PROTOCOLS §4).
+"""vLLM's OpenAI server: the OpenAI wire plus vLLM's sampling and reasoning extras.
 
 Configured URL: the server root, with or without a trailing `/v1` (`/tokenize` and `/score` live
 at the root). Rerank and score both go to `/score`, which takes every pair in one call.

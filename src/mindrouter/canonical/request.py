@@ -40,7 +40,7 @@ class ResponseFormat:
 
 @dataclass(slots=True)
 class Reasoning:
-    """Whether and how much the model should think (PROTOCOLS §6.2).
+    """Whether and how much the model should think.
 
     mode `default` leaves the backend's own behaviour alone; `on`/`off` are explicit requests.
     `return_reasoning` False asks that the reasoning text not be returned (it is still generated).

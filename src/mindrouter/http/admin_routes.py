@@ -61,6 +61,7 @@ def _storable_date(value: datetime) -> datetime:
 # Every string and date the API stores passes the checks the YAML loader applies too.
 Text = Annotated[str, AfterValidator(_storable_text)]
 Date = Annotated[datetime, AfterValidator(_storable_date)]
+ModelPatterns = list[Annotated[Text, Field(min_length=1, max_length=200)]]
 
 
 class _Body(BaseModel):
@@ -76,6 +77,9 @@ class GroupIn(_Body):
         0, ge=0, le=INT4_MAX, description="requests in flight; 0 = unlimited"
     )
     budget_period_days: int = Field(30, ge=1, le=MAX_EXPIRES_DAYS)
+    models: ModelPatterns | None = Field(
+        None, description="fnmatch patterns of the models its users may use; null: every model"
+    )
 
 
 class Overrides(_Body):
@@ -92,6 +96,9 @@ class GroupPatch(Overrides):
     """Only the fields sent change; a group's limits cannot be null."""
 
     name: Text | None = Field(None, min_length=1, max_length=100)
+    models: ModelPatterns | None = Field(
+        None, description="fnmatch patterns of the models its users may use; null: every model"
+    )
 
 
 class UserIn(Overrides):
@@ -241,8 +248,8 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
 
     @router.post("/groups", status_code=201)
     async def create_group(body: GroupIn) -> Group:
-        limits = GroupLimits(**body.model_dump(exclude={"name"}))
-        return await directory.create_group(body.name, limits)
+        limits = GroupLimits(**body.model_dump(exclude={"name", "models"}))
+        return await directory.create_group(body.name, limits, body.models)
 
     @router.patch("/groups/{name}")
     async def update_group(name: str, body: GroupPatch) -> Group:

@@ -39,7 +39,7 @@ def anthropic_models_handler(gateway: Gateway) -> Callable[[Request], Awaitable[
     async def models(request: Request) -> Response:
         ctx = new_context(request, "anthropic")
         await gateway.authenticate(ctx, request.headers)
-        ids = [name for spec in gateway.catalog.models() for name in (spec.name, *spec.aliases)]
+        ids = [name for spec in gateway.models_for(ctx) for name in (spec.name, *spec.aliases)]
         created = datetime.datetime.fromtimestamp(ctx.created, datetime.UTC).isoformat()
         return json_response(dialect.encode_model_list(ids, created_at=created), ctx)
 

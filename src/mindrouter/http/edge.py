@@ -16,6 +16,7 @@ without doing anything:
 - a client that leaves while its body is being read ends the request quietly.
 
 The principal found here is left in the request's state, where the routes take it from.
+`MetricsPortEdge` is the much smaller edge of the separate metrics listener.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from mindrouter.errors import (
     MindRouterError,
     PayloadTooLarge,
     RequestTimeout,
+    Unauthenticated,
 )
 from mindrouter.http.common import TrustedProxies, client_address
 from mindrouter.http.errors import dialect_for_path, error_response
@@ -168,8 +170,29 @@ class Edge:
         scope.setdefault("state", {})["principal"] = principal
 
     def _metrics_token_matches(self, headers: Headers) -> bool:
-        if not self._metrics_token:
-            return False
-        sent = headers.get("authorization", "")
-        expected = f"Bearer {self._metrics_token}"
-        return hmac.compare_digest(sent.encode(), expected.encode())
+        return bool(self._metrics_token) and bearer_matches(headers, self._metrics_token or "")
+
+
+def bearer_matches(headers: Headers, secret: str) -> bool:
+    sent = headers.get("authorization", "")
+    return hmac.compare_digest(sent.encode(), f"Bearer {secret}".encode())
+
+
+class MetricsPortEdge:
+    """The edge of the separate metrics listener (`metrics_port`), which serves `/metrics` alone.
+
+    The port is meant for the cluster's internal network, so without a `metrics_token` it asks
+    for nothing; with one, every request must carry it, as on the main port (admin keys are
+    not looked up here: this listener never touches the database)."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self._token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = self._token
+        if scope["type"] == "http" and token and not bearer_matches(Headers(scope=scope), token):
+            refused = Unauthenticated("this port needs 'Authorization: Bearer <metrics_token>'")
+            await error_response(refused, "openai", new_request_id())(scope, receive, send)
+            return
+        await self.app(scope, receive, send)

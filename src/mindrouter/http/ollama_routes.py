@@ -99,7 +99,7 @@ def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
         action = dialect.chat_load_action(body)
         if action is not None:
             req = dialect.decode_chat_request(body)
-            gateway.catalog.resolve(req.model)
+            await gateway.model_for(ctx, req.model)
             return json_response(
                 dialect.encode_chat_load_response(action, model=req.model, created_at=_now_iso()),
                 ctx,
@@ -126,7 +126,7 @@ def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
         action = dialect.generate_load_action(body)
         req = dialect.decode_generate_request(body)
         if action is not None:
-            gateway.catalog.resolve(req.model)
+            await gateway.model_for(ctx, req.model)
             return json_response(
                 dialect.encode_generate_load_response(
                     action, model=req.model, created_at=_now_iso()
@@ -170,21 +170,21 @@ def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
         ctx = new_context(request, "ollama")
         await gateway.authenticate(ctx, request.headers)
         now = time.monotonic()
-        views = [view(s, now) for s in gateway.catalog.models()]
+        views = [view(s, now) for s in gateway.models_for(ctx)]
         return json_response(dialect.encode_tags(views), ctx)
 
     async def ps(request: Request) -> Response:
         ctx = new_context(request, "ollama")
         await gateway.authenticate(ctx, request.headers)
         now = time.monotonic()
-        views = [v for v in (view(s, now) for s in gateway.catalog.models()) if v.loaded]
+        views = [v for v in (view(s, now) for s in gateway.models_for(ctx)) if v.loaded]
         return json_response(dialect.encode_ps(views), ctx)
 
     async def show(request: Request) -> Response:
         ctx = new_context(request, "ollama")
         await gateway.authenticate(ctx, request.headers)
         name = dialect.decode_show_request(await read_json(request))
-        spec = gateway.catalog.resolve(name)
+        spec = await gateway.model_for(ctx, name)
         return json_response(dialect.encode_show(view(spec, time.monotonic())), ctx)
 
     async def version(request: Request) -> Response:

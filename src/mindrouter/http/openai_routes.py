@@ -86,14 +86,14 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
             return await anthropic_models(request)
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
-        ids = [name for spec in gateway.catalog.models() for name in (spec.name, *spec.aliases)]
+        ids = [name for spec in gateway.models_for(ctx) for name in (spec.name, *spec.aliases)]
         return json_response(dialect.encode_model_list(ids, created=ctx.created), ctx)
 
     async def get_model(request: Request) -> Response:
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
         model_id = request.path_params["model_id"]
-        spec = gateway.catalog.resolve(model_id)
+        spec = await gateway.model_for(ctx, model_id)
         if not gateway.catalog.serving(spec.name):
             raise ModelNotFound(model_id)
         return json_response(dialect.encode_model(model_id, created=ctx.created), ctx)

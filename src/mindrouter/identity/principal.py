@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
+from mindrouter.identity.access import EVERY_MODEL, ModelAccess, access_from
 from mindrouter.stores.records import GroupLimits, KeyRecord, LimitOverrides
 
 T = TypeVar("T")
@@ -26,6 +27,8 @@ class Principal:
     max_concurrent: int
     budget_period_days: int
     expires_at: datetime | None
+    # The rules of model access that apply (the group's); a model must pass each.
+    access: tuple[ModelAccess, ...] = (EVERY_MODEL,)
 
 
 def pick(own: T | None, inherited: T) -> T:
@@ -57,4 +60,5 @@ def principal_for(record: KeyRecord, key_prefix: str) -> Principal:
         max_concurrent=limits.max_concurrent,
         budget_period_days=limits.budget_period_days,
         expires_at=record.expires_at,
+        access=(access_from(record.group_models),),
     )

@@ -46,6 +46,7 @@ from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.dispatch import Dispatcher
 from mindrouter.pipeline.flight import Flight, Status
+from mindrouter.pipeline.model_access import resolve_allowed, visible_models
 from mindrouter.pipeline.outcome import record_outcome
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import limit_key
@@ -95,6 +96,14 @@ class Gateway:
             ctx.principal = await self.s.authenticator.authenticate(headers)
         structlog.contextvars.bind_contextvars(user=ctx.principal.user_name)
 
+    def models_for(self, ctx: RequestContext) -> list[ModelSpec]:
+        """The served models the authenticated caller may use."""
+        return visible_models(self.s, ctx)
+
+    async def model_for(self, ctx: RequestContext, name: str) -> ModelSpec:
+        """The model `name` names for this caller (ModelNotFound when they may not use it)."""
+        return await resolve_allowed(self.s, ctx, name)
+
     # -- whole answers -------------------------------------------------------------------------
 
     async def chat(self, ctx: RequestContext, req: ChatRequest) -> ChatResult:
@@ -113,7 +122,7 @@ class Gateway:
     async def count_tokens(self, ctx: RequestContext, req: ChatRequest) -> int:
         """Input tokens of a chat request: a backend's own tokenizer where one is reachable,
         otherwise the gateway's estimate. Generates nothing, so it is not admitted or queued."""
-        spec = self.resolve(req)
+        spec = await self.resolve(ctx, req)
         for backend, upstream in rank_backends(self.catalog.serving(spec.name), self.s.clock()):
             adapter = self.adapters[backend.name]
             try:
@@ -140,8 +149,9 @@ class Gateway:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def resolve(self, req: AnyRequest) -> ModelSpec:
-        spec = self.catalog.resolve(req.model)
+    async def resolve(self, ctx: RequestContext, req: AnyRequest) -> ModelSpec:
+        """The request's model, if the caller may use it and it handles the request's kind."""
+        spec = await resolve_allowed(self.s, ctx, req.model)
         check_modality(spec, req.modality)
         return spec
 
@@ -164,7 +174,7 @@ class Gateway:
         req: R,
         attempt_for: Callable[[Flight], Callable[[EngineAdapter, R], Awaitable[T]]],
     ) -> T:
-        spec = self.resolve(req)
+        spec = await self.resolve(ctx, req)
         flight = Flight(self.s, ctx, req, spec)
         await flight.open()
         try:
@@ -224,7 +234,7 @@ class Gateway:
         backend.observe_tpot((self.s.clock() - first) / (usage.output_tokens - 1))
 
     async def _open_stream(self, ctx: RequestContext, req: G, opener: Opener[G]) -> Events:
-        spec = self.resolve(req)
+        spec = await self.resolve(ctx, req)
         flight = Flight(self.s, ctx, req, spec)
         await flight.open()
 

@@ -1,8 +1,9 @@
 """Models, their aliases and capabilities, and the backends that serve each of them.
 
-Pure state: built from settings at start, read on every request. A model named by a backend but
-not described in the config gets defaults guessed from its name (an "embed" model embeds, a
-"rerank" model reranks).
+Pure state, read on every request: built from the settings at start, then replaced in place
+(`replace`) whenever the database's backends or models change, so every holder of the catalog
+sees the new one. A model named by a backend but not described gets defaults guessed from its
+name (an "embed" model embeds, a "rerank" model reranks), or what discovery learnt of it.
 """
 
 from __future__ import annotations
@@ -131,16 +132,36 @@ def guess_spec(name: str) -> ModelSpec:
 
 class Catalog:
     def __init__(self, models: list[ModelSpec], backends: list[BackendState]) -> None:
-        self.backends = backends
+        self.backends: list[BackendState] = []
         self._specs: dict[str, ModelSpec] = {}
         self._alias: dict[str, str] = {}
         self._last_used: dict[str, float] = {}
+        self._described: set[str] = set()
+        self._retired: frozenset[str] = frozenset()
+        self.replace(models, backends)
+
+    def replace(
+        self,
+        models: list[ModelSpec],
+        backends: list[BackendState],
+        retired: frozenset[str] = frozenset(),
+    ) -> None:
+        """The described models and the backends from now on. The list of backends is changed
+        in place; a model served but not described keeps what was known of it (discovered
+        context length) or gets the guessed defaults. `retired` models (disabled by an admin)
+        are served by no backend, whether listed or discovered."""
+        before = self._specs
+        self._specs, self._alias = {}, {}
+        self._retired = retired
         for spec in models:
             self._add(spec)
+        self._described = set(self._alias)
         for b in backends:
+            b.serves = {m: up for m, up in b.serves.items() if m not in retired}
             for model in b.serves:
                 if model not in self._alias:
-                    self._add(guess_spec(model))
+                    self._add(before.get(model) or guess_spec(model))
+        self.backends[:] = backends
 
     def _add(self, spec: ModelSpec) -> None:
         self._specs[spec.name] = spec
@@ -158,15 +179,27 @@ class Catalog:
             raise ModelNotFound(name)
         return self._specs[canonical]
 
-    def add_discovered(self, upstream: str, context_length: int | None) -> str:
-        """A model a backend reports: the gateway's name for it (an existing name or alias, else
-        the backend's own name, added with what the backend says of its context)."""
+    def add_discovered(
+        self,
+        upstream: str,
+        context_length: int | None,
+        capabilities: frozenset[str] | None = None,
+    ) -> str | None:
+        """A model a backend reports: the gateway's name for it (None for a retired one). A
+        described model (a name or alias of the `models` the admin gave) keeps its description:
+        that is how capabilities and context are overridden per model. Otherwise the backend's
+        own name, with what the backend says of its context and capabilities, else guessed
+        from the name."""
         for name in (upstream, upstream.removesuffix(":latest")):
-            if name in self._alias:
+            if name in self._retired:
+                return None
+            if name in self._described:
                 return self._alias[name]
         spec = guess_spec(upstream)
         if context_length:
             spec.context_length = context_length
+        if capabilities:
+            spec.capabilities = capabilities
         self._add(spec)
         return spec.name
 

@@ -34,7 +34,7 @@ waiting for the same model. If so it leaves the slot alone for at most the arbit
 the other process can take it, and decides again when the arbiter has news (`release`) or when the
 deferral ends: a slot is never left idle for longer than that, even if the other process vanished.
 
-A waiter gives up after `timeout` seconds (default 150, as in the seed) with `TimeoutError`,
+A waiter gives up after `timeout` seconds (default 150) with `TimeoutError`,
 which the pipeline reports as Overloaded. Priorities need no periodic recomputation: every
 decision ranks the waiters afresh at the current time.
 
@@ -100,7 +100,7 @@ class CapacityGate:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    # The deadline is part of the fair wait (a default that the seed fixes at 150 s), so it is a
+    # The deadline is part of the fair wait (150 s by default), so it is a
     # parameter; wrapping the call in asyncio.timeout works as well and withdraws the job too.
     async def acquire(
         self,

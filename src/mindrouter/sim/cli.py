@@ -1,4 +1,4 @@
-"""`mindrouter sim`: command-line flags (DESIGN.md §4) and the blocking runner.
+"""`mindrouter sim`: command-line flags and the blocking runner.
 
 The top-level `mindrouter` command adds these flags to its `sim` sub-command; `python -m
 mindrouter.sim` runs the same thing on its own.

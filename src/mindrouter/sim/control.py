@@ -2,6 +2,8 @@
 
 `POST /sim/control` takes a JSON object with any of the keys in `CONTROLS` and applies them to
 the running server (the next request sees them); the answer is the resulting settings.
+`remove_model` takes a model's name: the server stops serving and listing it, as an engine does
+when its operator unloads a model (one model must remain).
 `GET /sim/requests` returns the request records, oldest first.
 """
 
@@ -28,19 +30,29 @@ CONTROLS: dict[str, tuple[tuple[type, ...], bool]] = {
     "default_tokens": ((int,), False),
     "slots": ((int,), False),
     "healthy": ((bool,), False),
+    "remove_model": ((str,), False),
 }
 _RATES = ("fail_rate", "hang_rate")
 
 
 def settings(state: SimState) -> dict[str, Any]:
     config = state.config
-    current: dict[str, Any] = {key: getattr(config, key) for key in CONTROLS if key != "healthy"}
+    current: dict[str, Any] = {
+        key: getattr(config, key) for key in CONTROLS if key not in ("healthy", "remove_model")
+    }
     current["healthy"] = state.healthy
+    current["models"] = [m.name for m in config.models]
     return current
 
 
-def _problem(key: str, value: Any) -> str | None:
+def _problem(state: SimState, key: str, value: Any) -> str | None:
     kinds, nullable = CONTROLS[key]
+    if key == "remove_model":
+        names = [m.name for m in state.config.models]
+        if value not in names:
+            return f"remove_model: no model named {value!r}; served: {names}"
+        if len(names) == 1:
+            return "remove_model: the last model cannot be removed"
     if value is None:
         return None if nullable else f"{key} may not be null"
     if isinstance(value, bool) and bool not in kinds:
@@ -67,12 +79,14 @@ def apply_controls(state: SimState, changes: Any) -> str | None:
     for key, value in changes.items():
         if key not in CONTROLS:
             return f"unknown setting {key!r}; known: {sorted(CONTROLS)}"
-        problem = _problem(key, value)
+        problem = _problem(state, key, value)
         if problem:
             return problem
     for key, value in changes.items():
         if key == "healthy":
             state.healthy = value
+        elif key == "remove_model":
+            state.config.models = [m for m in state.config.models if m.name != value]
         else:
             setattr(state.config, key, value)
     state.slots.limit_changed()

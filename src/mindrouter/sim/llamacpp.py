@@ -1,4 +1,4 @@
-"""A simulated llama.cpp `llama-server` (PROTOCOLS.md §5).
+"""A simulated llama.cpp `llama-server`.
 
 One model per server, as `llama-server -m` runs: the `model` field of a request is ignored and
 the first configured model answers. When several models are configured the server behaves like

@@ -1,10 +1,11 @@
-"""A simulated Ollama server (PROTOCOLS.md §3): `/api/chat`, `/api/generate` and the catalogue.
+"""A simulated Ollama server: `/api/chat`, `/api/generate` and the catalogue.
 
 Behaviours worth knowing:
 - `stream` defaults to true when absent (the SDK always sends it explicitly).
 - `think`: models whose name contains "think"/"reason" think unless `think: false`; `think: true`
   or a level on any other model is a 400 `"<model>" does not support thinking`.
-- Tools: the first tool is called when the conversation ends with a user message; the call
+- Tools: the first tool is called when the conversation asks for one (`text.calls_tool`: the
+  last non-system message is the user's, no tool result since the last assistant turn); the call
   arrives whole in one chunk with `arguments` as an object, and `done_reason` is "stop".
 - Context: a prompt that does not fit is truncated, as Ollama does by default: the prompt is
   counted as half the context and the answer stops at the context. With `truncate: false` the
@@ -30,7 +31,7 @@ from mindrouter.sim.engine import RequestRecord, SimError, handle_request, json_
 from mindrouter.sim.ollama_models import OllamaBase
 from mindrouter.sim.ollama_wire import OllamaEncoder, keep_alive_seconds, rfc3339
 from mindrouter.sim.playback import GenerationResponse, Job
-from mindrouter.sim.text import STOP_TEST_MARKER, ReplySpec, ToolSpec, plan_reply
+from mindrouter.sim.text import STOP_TEST_MARKER, ReplySpec, ToolSpec, calls_tool, plan_reply
 from mindrouter.sim.tokenizer import ChatMessage, count_tokens, encode, render_chat, tool_calls_text
 
 THINK_LEVELS = frozenset({"low", "medium", "high", "max"})
@@ -160,7 +161,7 @@ class OllamaServer(OllamaBase):
         if not isinstance(tools, list):
             raise SimError(400, "tools must be a list")
         tool = None
-        if tools and messages and messages[-1].role == "user":
+        if tools and calls_tool([m.role for m in messages]):
             function = tools[0].get("function") if isinstance(tools[0], dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
                 raise SimError(400, "each tool needs function.name")

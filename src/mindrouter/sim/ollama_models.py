@@ -1,4 +1,4 @@
-"""Ollama's model catalogue and embedding endpoints (PROTOCOLS.md §3.5, §3.6).
+"""Ollama's model catalogue and embedding endpoints.
 
 `/api/tags` lists every configured model; `/api/ps` lists the models "in memory": a model is
 loaded by its first request and stays listed until its keep_alive (default 5 minutes) after its

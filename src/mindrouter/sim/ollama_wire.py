@@ -2,7 +2,7 @@
 
 Streams are `application/x-ndjson`, one JSON object per line: `done: false` pieces (thinking
 before content, a tool call whole in one piece), then one `done: true` object with `done_reason`
-and the metrics in nanoseconds (PROTOCOLS.md §3.4).
+and the metrics in nanoseconds.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from mindrouter.sim.openai_decode import (
     model_field,
     stream_options,
 )
-from mindrouter.sim.text import STOP_TEST_MARKER, ToolSpec
+from mindrouter.sim.text import STOP_TEST_MARKER, ToolSpec, calls_tool
 from mindrouter.sim.tokenizer import ChatMessage, tool_calls_text
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -117,7 +117,7 @@ def _tool_to_call(
             raise SimError(400, "each tool needs function.name", param="tools")
         parameters = function.get("parameters")
         specs.append(ToolSpec(function["name"], parameters if isinstance(parameters, dict) else {}))
-    if not specs or choice == "none" or messages[-1].role != "user":
+    if not specs or choice == "none" or not calls_tool([m.role for m in messages]):
         return tools, None
     if isinstance(choice, dict):
         function = choice.get("function")

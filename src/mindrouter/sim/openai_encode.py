@@ -1,11 +1,11 @@
 """OpenAI wire shapes for vLLM and llama.cpp: chat completions, legacy completions, embeddings.
 
-Streams follow PROTOCOLS.md §1.6: a first delta with the role, one chunk per token, a chunk with
-`finish_reason`, then (only with `stream_options.include_usage`) a `choices: []` usage chunk, then
-`data: [DONE]`. The two engines differ in small ways that are kept: vLLM adds `stop_reason` to
-each choice, `logprobs: null`, and names the reasoning field per `reasoning_field`; llama.cpp
-sends `content: null` in the role delta, uses `reasoning_content`, adds `system_fingerprint` and
-`timings`.
+Streams are shaped as the engines send them: a first delta with the role, one chunk per token, a
+chunk with `finish_reason`, then (only with `stream_options.include_usage`) a `choices: []` usage
+chunk, then `data: [DONE]`. The two engines differ in small ways that are kept: vLLM adds
+`stop_reason` to each choice, `logprobs: null`, and names the reasoning field per
+`reasoning_field`; llama.cpp sends `content: null` in the role delta, uses `reasoning_content`,
+adds `system_fingerprint` and `timings`.
 """
 
 from __future__ import annotations

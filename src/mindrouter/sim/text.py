@@ -21,9 +21,11 @@ Triggering behaviours from a test:
   with finish "stop" (vLLM `stop_reason="END"`, llama.cpp `stop_type="word"`, Ollama "stop").
   Any other stop string is honoured the same way wherever it occurs in the answer text.
   (Needs `default_tokens` ≥ 3. Stop strings apply to the answer, not to the reasoning.)
-- Tool call: send tools, leave tool_choice unset/"auto"/"required" or name a tool, and end the
-  conversation with a user message. The named tool, else the first one, is called with arguments
-  built from its schema (`schema.py`). A conversation ending with a tool result gets text.
+- Tool call: send tools, leave tool_choice unset/"auto"/"required" or name a tool, and make the
+  last message that is not a system (or developer) message a user message, with no tool result
+  since the last assistant turn (`calls_tool`). The named tool, else the first one, is called with
+  arguments built from its schema (`schema.py`). Otherwise the reply is text, so an agent loop
+  ends: after a tool result, a user message that only comments on it gets an answer.
 - Reasoning: a model whose name contains "think" or "reason", or a request that turns thinking on.
 - Images: the answer of a vision model starts with the token `(images:N)`.
 """
@@ -118,6 +120,26 @@ class ChoicePlan:
     def eos(self) -> bool:
         """Finished on its own: neither a length cut nor a stop string."""
         return self.finish != "length" and self.stop_word is None
+
+
+SYSTEM_ROLES = frozenset({"system", "developer"})
+TOOL_RESULT_ROLES = frozenset({"tool", "function"})
+
+
+def calls_tool(roles: Sequence[str]) -> bool:
+    """Whether a conversation with tools gets a tool call: its last non-system message is the
+    user's, and no tool result came after the last assistant turn.
+
+    Agent clients put system turns after the user's message and follow a tool result with a
+    user message of their own; neither may start another round of tool calls.
+    """
+    since_assistant: list[str] = []
+    for role in reversed(roles):
+        if role == "assistant":
+            break
+        since_assistant.append(role)
+    spoken = [r for r in since_assistant if r not in SYSTEM_ROLES]
+    return bool(spoken) and spoken[0] == "user" and not TOOL_RESULT_ROLES & set(spoken)
 
 
 def _rng(seed_text: str, index: int) -> random.Random:

@@ -1,4 +1,4 @@
-"""A simulated vLLM OpenAI server (PROTOCOLS.md §4).
+"""A simulated vLLM OpenAI server.
 
 Serves every configured model under its name, as `--served-model-name` would; rerank models
 answer `/rerank` and `/score` (see `rerank.py`). Requests with an

@@ -134,9 +134,11 @@ class SharedBreakers:
             raise ValueError("interval, probe_lease and timeout must be positive")
         self._client = client
         self._owns_client = owns_client
-        self._backends = list(backends)
-        self._keys = [f"{prefix}breaker:{b.name}" for b in self._backends]
-        self._key_of = dict(zip((b.name for b in self._backends), self._keys, strict=True))
+        self._prefix = prefix
+        self._backends: list[BackendState] = []
+        self._keys: list[str] = []
+        self._key_of: dict[str, str] = {}
+        self._set_backends(backends)
         self._owner = uuid.uuid4().hex  # names this process's probe leases
         self.interval = interval
         self.probe_lease = probe_lease
@@ -155,8 +157,19 @@ class SharedBreakers:
             clock,
         )
         self.exchanges = 0
+
+    def _set_backends(self, backends: Sequence[BackendState]) -> None:
+        self._backends = list(backends)
+        self._keys = [f"{self._prefix}breaker:{b.name}" for b in self._backends]
+        self._key_of = dict(zip((b.name for b in self._backends), self._keys, strict=True))
         for b in self._backends:
             b.breaker.share()
+
+    async def track(self, backends: Sequence[BackendState]) -> None:
+        """Shares the breakers of `backends` from now on (the catalog changed); between two
+        exchanges, so that no exchange mixes the old list with the new."""
+        async with self._lock:
+            self._set_backends(backends)
 
     @classmethod
     def from_url(

@@ -41,6 +41,8 @@ class Group:
     limits: GroupLimits
     created_at: datetime
     updated_at: datetime
+    # The models its users may use: fnmatch patterns; None means every model.
+    models: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,7 @@ class User:
 
 class GroupChanges(TypedDict, total=False):
     name: str
+    models: list[str] | None
     scheduler_weight: float
     token_budget: int
     rpm: int
@@ -113,6 +116,7 @@ class KeyRecord:
     group_name: str
     limits: GroupLimits
     overrides: LimitOverrides
+    group_models: list[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

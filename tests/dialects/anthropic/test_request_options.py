@@ -8,6 +8,7 @@ import pytest
 
 from mindrouter.canonical import ChatRequest, Reasoning, ResponseFormat, ToolChoice
 from mindrouter.dialects.anthropic import decode_count_tokens_request, decode_messages_request
+from mindrouter.dialects.anthropic.fields import Dropped
 
 KEY = b"test-key"
 WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
@@ -53,12 +54,12 @@ def weather_tool() -> dict[str, Any]:
             None,
             Reasoning(mode="on", effort="medium", budget_tokens=2048, return_reasoning=False),
         ),
-        ({"type": "adaptive"}, None, Reasoning(mode="on")),
-        ({"type": "adaptive"}, {"effort": "xhigh"}, Reasoning(mode="on", effort="xhigh")),
+        ({"type": "adaptive"}, None, Reasoning(mode="default")),
+        ({"type": "adaptive"}, {"effort": "xhigh"}, Reasoning(mode="default", effort="xhigh")),
         (
             {"type": "adaptive", "display": "omitted"},
             {"effort": "max"},
-            Reasoning(mode="on", effort="max", return_reasoning=False),
+            Reasoning(mode="default", effort="max", return_reasoning=False),
         ),
     ],
 )
@@ -140,3 +141,46 @@ def test_count_tokens_needs_no_max_tokens() -> None:
 
 def test_integral_floats_are_accepted_for_integers() -> None:
     assert decode(max_tokens=256.0).sampling.max_tokens == 256
+
+
+def test_a_request_shaped_like_claude_codes() -> None:
+    """The fields Claude Code sends on every turn: accepted, mapped or dropped, none refused."""
+    cached = {"type": "ephemeral"}
+    body = {
+        "model": "m",
+        "max_tokens": 32000,
+        "stream": True,
+        "system": [
+            {"type": "text", "text": "x-anthropic-billing-header: cc_version=2"},
+            {"type": "text", "text": "You are an agent.", "cache_control": cached},
+        ],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "<system-reminder>notes</system-reminder>"},
+                    {"type": "text", "text": "List the files here"},
+                ],
+            },
+            {
+                "role": "system",
+                "content": [{"type": "text", "text": "# Environment", "cache_control": cached}],
+            },
+        ],
+        "tools": [
+            {**weather_tool(), "name": f"tool_{i}", "cache_control": cached} for i in range(12)
+        ],
+        "thinking": {"type": "adaptive", "display": "updates"},
+        "output_config": {"effort": "high"},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "metadata": {"user_id": '{"device_id":"d","session_id":"s"}'},
+    }
+    dropped = Dropped()
+    req = decode_messages_request(body, signing_key=KEY, dropped=dropped)
+    # The system turn stays where Claude Code put it, after the user's message.
+    assert [m.role for m in req.messages] == ["system", "user", "system"]
+    assert req.messages[2].text() == "# Environment"
+    assert len(req.tools) == 12 and req.sampling.max_tokens == 32000
+    assert req.reasoning == Reasoning(mode="default", effort="high")
+    assert req.user == '{"device_id":"d","session_id":"s"}'
+    assert dropped.paths == ["context_management"]

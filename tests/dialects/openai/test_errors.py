@@ -1,4 +1,4 @@
-"""Gateway errors become OpenAI error bodies with the type and code of PROTOCOLS §7.5."""
+"""Gateway errors become OpenAI error bodies with the type and code OpenAI uses for each status."""
 
 from __future__ import annotations
 

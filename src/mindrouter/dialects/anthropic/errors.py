@@ -1,4 +1,4 @@
-"""Gateway errors in the Anthropic shape (PROTOCOLS §2.5, §7.5).
+"""Gateway errors in the Anthropic shape.
 
 The same `error` object is the body of a failed response and the payload of an in-band
 `event: error` in a stream. The HTTP status is the http layer's business; the SDK picks its

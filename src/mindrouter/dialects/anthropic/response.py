@@ -14,7 +14,7 @@ import orjson
 from mindrouter.canonical import ChatResult, FinishReason, Usage
 from mindrouter.dialects.anthropic.thinking import sign_thinking
 
-# PROTOCOLS §7.1. A generation that broke off still ended the turn as far as the client can
+# A generation that broke off still ended the turn as far as the client can
 # tell; the failure itself is reported by the caller (an error body or an `error` event).
 STOP_REASONS: dict[FinishReason, str] = {
     "stop": "end_turn",

@@ -1,4 +1,4 @@
-"""Canonical stream events as Anthropic server-sent events (PROTOCOLS §2.4).
+"""Canonical stream events as Anthropic server-sent events.
 
 The SDK's accumulator is unforgiving: `message_start` first, every event with an `event:` line,
 content blocks numbered 0, 1, 2… and never interleaved, and `output_tokens` in `message_delta`

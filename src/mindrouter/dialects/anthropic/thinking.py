@@ -85,8 +85,10 @@ def decode_reasoning(value: object, *, effort: Effort | None, max_tokens: int | 
         return Reasoning(mode="off", return_reasoning=return_reasoning)
     if kind != "enabled":
         # adaptive (and between_tools, which is adaptive thinking limited to tool steps): the
-        # model decides how much to think, guided by the effort level when one is given.
-        return Reasoning(mode="on", effort=effort, return_reasoning=return_reasoning)
+        # model decides whether and how much to think, guided by the effort level when one is
+        # given. So the backend's own behaviour stands: a model that cannot think answers
+        # without thinking (Ollama refuses an explicit `think` on such a model).
+        return Reasoning(mode="default", effort=effort, return_reasoning=return_reasoning)
     budget_path = child("thinking", "budget_tokens")
     budget = as_int(
         required(config, "budget_tokens", "thinking"), budget_path, minimum=MIN_BUDGET_TOKENS

@@ -1,4 +1,4 @@
-"""The Ollama client dialect: Ollama's native /api wire format (PROTOCOLS §3).
+"""The Ollama client dialect: Ollama's native /api wire format.
 
 Decoders turn request bodies into canonical requests and raise `InvalidRequest` naming the field
 at fault; encoders turn canonical results and stream events into Ollama's JSON objects and NDJSON

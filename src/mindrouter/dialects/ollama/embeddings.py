@@ -1,4 +1,4 @@
-"""/api/embed and the legacy /api/embeddings, both directions (PROTOCOLS §3.5).
+"""/api/embed and the legacy /api/embeddings, both directions.
 
 The current endpoint returns unit-length (L2-normalised) vectors whatever the backend gave, as
 Ollama does, so cosine similarity is a plain dot product for its clients. The legacy endpoint

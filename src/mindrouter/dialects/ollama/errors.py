@@ -1,4 +1,4 @@
-"""Error bodies for Ollama clients (PROTOCOLS §3.7, §7.5).
+"""Error bodies for Ollama clients.
 
 Ollama's error body is `{"error": "<text>"}` with a plain string. The ollama SDK stores whatever
 `error` holds as the exception message, so an OpenAI-style object there would reach users as a

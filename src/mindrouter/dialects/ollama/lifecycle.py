@@ -1,4 +1,4 @@
-"""Load and unload calls, and the `keep_alive` duration that steers them (PROTOCOLS §3.2).
+"""Load and unload calls, and the `keep_alive` duration that steers them.
 
 Ollama clients warm a model with a request that asks for nothing: `/api/generate` with an empty
 prompt, or `/api/chat` with no messages. The server answers at once with `done_reason:"load"`,

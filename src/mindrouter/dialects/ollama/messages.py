@@ -1,4 +1,4 @@
-"""Decode Ollama chat messages and their images into canonical messages (PROTOCOLS §3.1, §7.4).
+"""Decode Ollama chat messages and their images into canonical messages.
 
 Ollama attaches images to a message as a whole, not at a position in its text, so the canonical
 message gets its text first and the images after it. An assistant's `thinking` becomes the

@@ -1,4 +1,4 @@
-"""Decode the generation controls shared by /api/chat and /api/generate (PROTOCOLS §3.1–§3.3).
+"""Decode the generation controls shared by /api/chat and /api/generate.
 
 `options` carries the sampling settings under Ollama's own names; the ones with a canonical
 meaning are mapped, `num_ctx` is kept in `extra["num_ctx"]` (it sizes the context the model is

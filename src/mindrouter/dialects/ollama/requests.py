@@ -1,4 +1,4 @@
-"""Decode /api/chat and /api/generate bodies into canonical requests (PROTOCOLS §3.1, §3.2).
+"""Decode /api/chat and /api/generate bodies into canonical requests.
 
 Unlike the ollama SDK (which always sends `stream` explicitly), the server streams when `stream`
 is absent, so that is the default here. Fields that steer only Ollama's own runner are accepted

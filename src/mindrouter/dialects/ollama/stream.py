@@ -1,4 +1,4 @@
-"""Encode canonical stream events as Ollama's NDJSON streams (PROTOCOLS §3.4, §8.3, §9.1).
+"""Encode canonical stream events as Ollama's NDJSON streams.
 
 Every line is one compact JSON object and a newline, nothing else: the ollama SDK parses each
 line as JSON and has no notion of keep-alive blank lines. Intermediate lines say `done: false`;

@@ -1,4 +1,4 @@
-"""Ollama's timestamps and performance metrics (PROTOCOLS §3, §7.2).
+"""Ollama's timestamps and performance metrics.
 
 Ollama reports durations in integer nanoseconds, and clients compute speed from them
 (`eval_count / eval_duration * 1e9` tokens per second). Backends other than Ollama report no such

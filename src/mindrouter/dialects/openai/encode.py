@@ -1,5 +1,5 @@
 """Encode canonical results as OpenAI JSON bodies: chat completions, legacy text completions,
-embeddings and model objects (PROTOCOLS §1.5, §1.8–§1.10, §7.1, §7.2).
+embeddings and model objects.
 
 The caller supplies the response id, the creation time and the model name the client asked for,
 so this module stays free of clocks and randomness.

@@ -1,4 +1,4 @@
-"""OpenAI error bodies for gateway errors (PROTOCOLS §1.7, §7.5).
+"""OpenAI error bodies for gateway errors.
 
 The openai SDK picks its exception class from the HTTP status alone (chosen in `http/`), and
 copies `type`, `code` and `param` from this body onto the exception, so they are what client code

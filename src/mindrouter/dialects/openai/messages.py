@@ -1,4 +1,4 @@
-"""Decode the `messages` array of a chat request into canonical messages (PROTOCOLS §1.2, §1.3).
+"""Decode the `messages` array of a chat request into canonical messages.
 
 `developer` is the newer name for `system`. Legacy `function` messages become tool results; the
 legacy assistant `function_call` they answer becomes a tool call. Neither carries an id on the

@@ -1,5 +1,5 @@
 """Decode the generation parameters shared by chat and legacy completions: sampling, stop strings,
-streaming flags, the response format and reasoning control (PROTOCOLS §1.1, §1.4, §6.2).
+streaming flags, the response format and reasoning control.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Encode canonical stream events as OpenAI server-sent events (PROTOCOLS §1.6, §1.8).
+"""Encode canonical stream events as OpenAI server-sent events.
 
 Each event becomes its own `data: <compact JSON>` chunk at once, never held back to be merged
 with the next, so the client sees tokens as soon as the backend produces them. This is the hot

@@ -164,6 +164,11 @@ class SharedSlots:
         client = short_timeout_client(url, max_connections=2, timeout_seconds=timeout_seconds)
         return cls(client, backends, prefix, timeout=2 * timeout_seconds, owns_client=True)
 
+    async def track(self, backends: Sequence[BackendState]) -> None:
+        """Counts the slots of `backends` from now on (the catalog changed)."""
+        async with self._lock:
+            self._backends = list(backends)
+
     def attach(self, gate: Gate) -> None:
         """The gate whose waiters this process publishes and which decides after exchanges."""
         self._gate = gate

@@ -64,25 +64,32 @@ class WriterStats:
     completed: int = 0
 
 
-def _cut(value: str | None, limit: int) -> str | None:
-    return value if value is None or len(value) <= limit else value[:limit]
+def _storable(value: str | None, limit: int | None = None) -> str | None:
+    """`value` as a text column can hold it: at most `limit` characters, and no NUL, which
+    PostgreSQL text refuses (the whole batch would fail). A model may well emit one; it is kept
+    as U+FFFD, the mark for a character that could not be represented."""
+    if value is None:
+        return None
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
+    return value if limit is None or len(value) <= limit else value[:limit]
 
 
 def start_values(record: AuditStart) -> dict[str, Any]:
     return {
         "uuid": record.uuid,
-        "request_id": _cut(record.request_id, 64),
+        "request_id": _storable(record.request_id, 64),
         "created_at": record.created_at,
         "user_id": record.user_id,
         "user_name": record.user_name,
         "key_id": record.key_id,
         "key_prefix": record.key_prefix,
-        "model": _cut(record.model, 200),
-        "endpoint": _cut(record.endpoint, 200),
+        "model": _storable(record.model, 200),
+        "endpoint": _storable(record.endpoint, 200),
         "messages": record.messages,
         "stream": record.stream,
-        "client_ip": _cut(record.client_ip, 64),
-        "user_agent": _cut(record.user_agent, 500),
+        "client_ip": _storable(record.client_ip, 64),
+        "user_agent": _storable(record.user_agent, 500),
         "status": "pending",
         "attempts": 0,
         "purged": False,
@@ -95,11 +102,11 @@ def outcome_values(uuid: str, outcome: AuditOutcome) -> dict[str, Any]:
     return {
         "b_uuid": uuid,
         "b_status": outcome.status,
-        "b_output": outcome.output,
+        "b_output": _storable(outcome.output),
         "b_input_tokens": outcome.input_tokens,
         "b_output_tokens": outcome.output_tokens,
-        "b_error_message": _cut(outcome.error_message, _ERROR_TEXT_LIMIT),
-        "b_backend": _cut(outcome.backend, 100),
+        "b_error_message": _storable(outcome.error_message, _ERROR_TEXT_LIMIT),
+        "b_backend": _storable(outcome.backend, 100),
         "b_attempts": outcome.attempts,
         "b_queued_ms": outcome.queued_ms,
         "b_first_token_ms": outcome.first_token_ms,

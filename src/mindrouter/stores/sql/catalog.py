@@ -1,11 +1,15 @@
-"""Backends and models as database rows, for the admin API and for config sync.
+"""Backends and models as database rows: what the admin API and config sync change, and what
+every gateway process routes by.
 
-Rows are named by their unique name. Values are checked (`checks`) where a wrong one would only
-show up later as a confusing routing failure (an unknown engine or capability, a bad URL).
+Each change bumps the catalog epoch in its own transaction, so the processes polling it re-read
+the rows (`snapshot`) within a second. Rows are named by their unique name. Values are checked
+(`checks`) where a wrong one would only show up later as a confusing routing failure (an unknown
+engine or capability, a bad URL).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Table, delete, insert, select, update
@@ -20,6 +24,7 @@ from mindrouter.stores.records import (
     ModelChanges,
 )
 from mindrouter.stores.sql.checks import check_backend, check_model
+from mindrouter.stores.sql.epoch import bump_catalog_epoch, read_catalog_epoch
 from mindrouter.stores.sql.schema import backends, models
 from mindrouter.stores.sql.transactions import AnyRow, reading, utcnow, writing
 
@@ -62,9 +67,32 @@ def model_from_row(row: AnyRow) -> Model:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CatalogRows:
+    epoch: int
+    backends: list[Backend]
+    models: list[Model]
+
+
 class SqlCatalog:
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+
+    async def catalog_epoch(self) -> int:
+        async with reading(self.engine) as conn:
+            return await read_catalog_epoch(conn)
+
+    async def snapshot(self) -> CatalogRows:
+        """The epoch with the backends and models it counts, read in one transaction."""
+        async with reading(self.engine) as conn:
+            epoch = await read_catalog_epoch(conn)
+            backend_rows = await conn.execute(select(backends).order_by(backends.c.id))
+            model_rows = await conn.execute(select(models).order_by(models.c.id))
+            return CatalogRows(
+                epoch,
+                [backend_from_row(r) for r in backend_rows],
+                [model_from_row(r) for r in model_rows],
+            )
 
     # -- backends ------------------------------------------------------------------------------
 
@@ -108,6 +136,7 @@ class SqlCatalog:
             await conn.execute(
                 insert(backends).values(name=name, created_at=now, updated_at=now, **values)
             )
+            await bump_catalog_epoch(conn)
         return await self.get_backend(name)
 
     async def update_backend(self, name: str, changes: BackendChanges) -> Backend:
@@ -154,6 +183,7 @@ class SqlCatalog:
             await conn.execute(
                 insert(models).values(name=name, created_at=now, updated_at=now, **values)
             )
+            await bump_catalog_epoch(conn)
         return await self.get_model(name)
 
     async def update_model(self, name: str, changes: ModelChanges) -> Model:
@@ -174,9 +204,11 @@ class SqlCatalog:
             )
             if result.rowcount == 0:
                 raise NotFound(f"no {what} named {name!r}")
+            await bump_catalog_epoch(conn)
 
     async def _delete(self, table: Table, name: str, what: str) -> None:
         async with writing(self.engine) as conn:
             result = await conn.execute(delete(table).where(table.c.name == name))
             if result.rowcount == 0:
                 raise NotFound(f"no {what} named {name!r}")
+            await bump_catalog_epoch(conn)

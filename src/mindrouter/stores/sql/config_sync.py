@@ -1,10 +1,13 @@
-"""Applying the YAML config's groups, users, backends and models to the database at start.
+"""Applying the YAML config's groups, users, backends and models to the database: at
+`migrate`, at every start and on SIGHUP.
 
-Idempotent and conservative: rows are upserted by name with the values the config gives; rows
-the config does not list are left alone (they may have been made through the admin API), and
-keys, usage counters, a user's active flag and limit overrides, and a row's `enabled` flag are
-never touched. Several replicas starting at once may race; the loser of an insert retries and
-then finds the row.
+The file is the desired state for what it lists: rows are upserted by name with the values it
+gives, and every value that differed (one an admin changed through the API or the CLI since) is
+reported with both sides before it is overwritten. Rows the file does not list are left alone
+and reported as such (they were made through the admin API); keys, usage counters, a user's
+active flag and limit overrides, and a row's `enabled` flag are the database's alone and never
+touched. Several replicas starting at once may race; the loser of an insert retries and then
+finds the row.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from mindrouter.errors import InvalidRequest
 from mindrouter.settings import ConfigError, Settings
 from mindrouter.stores.records import LIMIT_FIELDS, GroupLimits
-from mindrouter.stores.sql.epoch import bump_epoch
+from mindrouter.stores.sql.epoch import bump_catalog_epoch, bump_epoch
 from mindrouter.stores.sql.schema import backends, groups, models, users
-from mindrouter.stores.sql.transactions import AnyRow, utcnow, writing
+from mindrouter.stores.sql.transactions import utcnow, writing
 
 if TYPE_CHECKING:
     from mindrouter.stores.sql.bundle import SqlStores
@@ -34,6 +37,10 @@ ATTEMPTS = 3
 class SyncReport:
     created: list[str] = field(default_factory=list)  # "group:students", "user:alice", ...
     updated: list[str] = field(default_factory=list)
+    # "backend:gpu-1 max_concurrent: 16 in the database, 8 in the file (the file's applied)"
+    differences: list[str] = field(default_factory=list)
+    # "backend:lab-box": rows of groups, backends and models the file does not list
+    only_in_database: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -58,7 +65,7 @@ async def apply_config(stores: SqlStores, settings: Settings) -> SyncReport:
 async def _apply(conn: AsyncConnection, settings: Settings, report: SyncReport) -> None:
     limits_changed = False
     for g in settings.groups:
-        values = {f: getattr(g, f) for f in LIMIT_FIELDS}
+        values = {f: getattr(g, f) for f in LIMIT_FIELDS} | {"models": g.models}
         limits_changed |= await _upsert(
             conn, groups, name=g.name, values=values, what="group", report=report
         )
@@ -121,8 +128,17 @@ async def _apply(conn: AsyncConnection, settings: Settings, report: SyncReport) 
             report=report,
             on_create={"enabled": True},
         )
+    for table, what, listed in (
+        (groups, "group", {g.name for g in settings.groups} | {DEFAULT_GROUP}),
+        (backends, "backend", {b.name for b in settings.backends}),
+        (models, "model", {m.name for m in settings.models}),
+    ):
+        names = (await conn.execute(select(table.c.name).order_by(table.c.name))).scalars()
+        report.only_in_database += [f"{what}:{n}" for n in names if n not in listed]
     if limits_changed:
         await bump_epoch(conn)
+    if report.changed:
+        await bump_catalog_epoch(conn)
 
 
 async def _upsert(
@@ -146,12 +162,14 @@ async def _upsert(
         )
         report.created.append(f"{what}:{name}")
         return False
-    if not _differs(row, values):
+    differing = [column for column, value in values.items() if getattr(row, column) != value]
+    if not differing:
         return False
+    report.differences += [
+        f"{what}:{name} {column}: {getattr(row, column)!r} in the database, "
+        f"{values[column]!r} in the file (the file's applied)"
+        for column in differing
+    ]
     await conn.execute(update(table).where(table.c.id == row.id).values(updated_at=now, **values))
     report.updated.append(f"{what}:{name}")
     return True
-
-
-def _differs(row: AnyRow, values: dict[str, Any]) -> bool:
-    return any(getattr(row, column) != value for column, value in values.items())

@@ -22,7 +22,7 @@ from mindrouter.stores.records import (
     UserChanges,
 )
 from mindrouter.stores.sql.checks import check_limits, refuse_nulls
-from mindrouter.stores.sql.epoch import bump_epoch
+from mindrouter.stores.sql.epoch import bump_catalog_epoch, bump_epoch
 from mindrouter.stores.sql.schema import groups, users
 from mindrouter.stores.sql.transactions import AnyRow, reading, utcnow, writing
 
@@ -40,6 +40,7 @@ def group_from_row(row: AnyRow) -> Group:
         ),
         created_at=row.created_at,
         updated_at=row.updated_at,
+        models=row.models,
     )
 
 
@@ -92,20 +93,28 @@ class SqlDirectory:
             raise NotFound(f"no group named {name!r}")
         return group_from_row(row)
 
-    async def create_group(self, name: str, limits: GroupLimits | None = None) -> Group:
+    async def create_group(
+        self, name: str, limits: GroupLimits | None = None, models: list[str] | None = None
+    ) -> Group:
         values = limit_values(limits or GroupLimits())
         check_limits(values)
         now = utcnow()
         async with writing(self.engine, f"a group named {name!r} already exists") as conn:
             await conn.execute(
-                insert(groups).values(name=name, created_at=now, updated_at=now, **values)
+                insert(groups).values(
+                    name=name, created_at=now, updated_at=now, models=models, **values
+                )
             )
+            await bump_catalog_epoch(conn)
         return await self.get_group(name)
 
     async def update_group(self, name: str, changes: GroupChanges) -> Group:
         values: dict[str, Any] = dict(changes)
+        # null models is "every model"; the limits cannot be null.
+        models = {"models": values.pop("models")} if "models" in values else {}
         refuse_nulls(values)
         check_limits(values)
+        values |= models
         new_name = values.get("name", name)
         async with writing(self.engine, f"a group named {new_name!r} already exists") as conn:
             gid = await group_id(conn, name)
@@ -113,6 +122,7 @@ class SqlDirectory:
                 values["updated_at"] = utcnow()
                 await conn.execute(update(groups).where(groups.c.id == gid).values(**values))
                 await bump_epoch(conn)
+                await bump_catalog_epoch(conn)
         return await self.get_group(new_name)
 
     async def delete_group(self, name: str) -> None:

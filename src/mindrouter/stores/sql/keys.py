@@ -65,6 +65,7 @@ _RECORD = (
         groups.c.rpm,
         groups.c.max_concurrent,
         groups.c.budget_period_days,
+        groups.c.models.label("group_models"),
     )
     .join(users, api_keys.c.user_id == users.c.id)
     .join(groups, users.c.group_id == groups.c.id)
@@ -111,6 +112,7 @@ def _record(row: AnyRow) -> KeyRecord:
             max_concurrent=row.u_max_concurrent,
             budget_period_days=row.u_budget_period_days,
         ),
+        group_models=row.group_models,
     )
 
 

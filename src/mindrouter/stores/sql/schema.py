@@ -52,6 +52,8 @@ groups = Table(
     Column("budget_period_days", Integer, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    # The models the group may use: name patterns, or NULL for every model.
+    Column("models", JSON(none_as_null=True), nullable=True),
 )
 
 users = Table(
@@ -200,8 +202,9 @@ stored_responses = Table(
     Column("response", JSON, nullable=False),
 )
 
-# One row (id = 1). Bumped in the same transaction as any change that can invalidate a key
-# cached by a gateway process; every process polls it.
+# Row 1, the auth epoch: bumped in the same transaction as any change that can invalidate a key
+# cached by a gateway process. Row 2, the catalog epoch: bumped with any change to backends,
+# models or groups that routing reads. Every process polls both.
 auth_epoch = Table(
     "auth_epoch",
     metadata,

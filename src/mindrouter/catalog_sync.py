@@ -1,0 +1,187 @@
+"""Each process's routing catalog kept in step with the database's backends and models.
+
+At run time the database is the source of truth: the admin API, the CLI and the config applied
+at start (or on SIGHUP) all change its rows, and each change bumps the catalog epoch in its own
+transaction. Every process polls the epoch (one tiny query every `poll_interval`); when it has
+moved, the process reads the rows and applies them in place:
+
+- a new enabled backend gets its routing state, an adapter and a health check at once;
+- a changed one keeps its state (requests in flight, breaker, measured speed) with the new
+  values, and a new adapter when its engine, URL or key changed;
+- a disabled or deleted one leaves the catalog at once, so no new request is routed to it,
+  while requests already on it finish through its adapter, which is closed once they have;
+- a disabled or deleted model is no longer listed or served.
+
+A backend's `api_key` and `structured_output` are not columns (a secret stays out of the
+database): a row takes them from the file's backend of the same name, if there is one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from mindrouter.backends.base import EngineAdapter
+from mindrouter.backends.monitor import BackendMonitor
+from mindrouter.backends.ollama import OllamaAdapter
+from mindrouter.components import backend_adapter, backend_state, model_specs, monitor_target
+from mindrouter.observability.logging import log
+from mindrouter.routing.catalog import BackendState, Catalog
+from mindrouter.scheduling import CapacityGate
+from mindrouter.settings import BackendModel, BackendSettings, ModelSettings, Settings
+from mindrouter.stores.breakers import SharedBreakers
+from mindrouter.stores.records import Backend
+from mindrouter.stores.slots import SharedSlots
+from mindrouter.stores.sql.catalog import CatalogRows, SqlCatalog
+
+POLL_INTERVAL = 0.25
+
+
+def settings_of(row: Backend, file: BackendSettings | None) -> BackendSettings:
+    """What routing needs of a backend row, with what only the file holds."""
+    return BackendSettings(
+        name=row.name,
+        engine=row.engine,  # type: ignore[arg-type]
+        url=row.url,
+        gpu=row.gpu,
+        max_concurrent=row.max_concurrent,
+        priority=row.priority,
+        models=None
+        if row.models is None
+        else [BackendModel(m.name, m.upstream) for m in row.models],
+        api_key=file.api_key if file is not None else None,
+        structured_output=file.structured_output if file is not None else True,
+    )
+
+
+def _connection(b: BackendSettings) -> tuple[str, str, str | None]:
+    return b.engine, b.url, b.api_key
+
+
+class CatalogSync:
+    def __init__(
+        self,
+        rows: SqlCatalog,
+        settings: Settings,
+        catalog: Catalog,
+        adapters: dict[str, EngineAdapter],
+        monitor: BackendMonitor,
+        *,
+        gate: CapacityGate,
+        slots: SharedSlots | None = None,
+        breakers: SharedBreakers | None = None,
+        poll_interval: float = POLL_INTERVAL,
+    ) -> None:
+        self._rows = rows
+        self.settings = settings
+        self.catalog = catalog
+        self.adapters = adapters
+        self.monitor = monitor
+        self.gate = gate
+        self.slots = slots
+        self.breakers = breakers
+        self.poll_interval = poll_interval
+        self.epoch: int | None = None
+        self._configs: dict[str, BackendSettings] = {b.name: b for b in settings.backends}
+        self._retired: list[tuple[BackendState, EngineAdapter]] = []
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.refresh(force=True)
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for _, adapter in self._retired:
+            await adapter.aclose()
+        self._retired.clear()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            try:
+                await self.poll()
+            except Exception as exc:
+                log.warning("catalog poll failed", error=str(exc))
+
+    async def poll(self) -> None:
+        if await self._rows.catalog_epoch() != self.epoch:
+            await self.refresh()
+        await self._close_retired()
+
+    async def refresh(self, *, force: bool = False) -> bool:
+        """Reads the rows and applies them when they changed; True if anything was applied."""
+        async with self._lock:
+            rows = await self._rows.snapshot()
+            if rows.epoch == self.epoch and not force:
+                return False
+            await self._apply(rows)
+            self.epoch = rows.epoch
+            return True
+
+    async def _apply(self, rows: CatalogRows) -> None:
+        file = {b.name: b for b in self.settings.backends}
+        models = [
+            ModelSettings(m.name, m.context_length, list(m.capabilities), list(m.aliases))
+            for m in rows.models
+            if m.enabled
+        ]
+        specs = model_specs(models)
+        retired = frozenset(n for m in rows.models if not m.enabled for n in (m.name, *m.aliases))
+        configs = [settings_of(r, file.get(r.name)) for r in rows.backends if r.enabled]
+        current = {b.name: b for b in self.catalog.backends}
+        states: list[BackendState] = []
+        for c in configs:
+            fresh = backend_state(c, specs, self.settings)
+            state = current.get(c.name)
+            before = self._configs.get(c.name)
+            if state is None:
+                state = fresh
+            else:
+                state.engine, state.gpu, state.features = fresh.engine, fresh.gpu, fresh.features
+                state.max_concurrent, state.priority = fresh.max_concurrent, fresh.priority
+                # A discovering backend keeps what its health checks found.
+                if c.models is not None or before is None or before.models is not None:
+                    state.serves = fresh.serves
+            states.append(state)
+        self.catalog.replace(specs, states, retired)
+        kept = {c.name: c for c in configs}
+        for name, adapter in list(self.adapters.items()):
+            config = kept.get(name)
+            before = self._configs.get(name)
+            if config is None or before is None or _connection(config) != _connection(before):
+                del self.adapters[name]
+                self._retired.append((current.get(name) or BackendState(name, ""), adapter))
+        for c, state in zip(configs, states, strict=True):
+            if c.name not in self.adapters:
+                self.adapters[c.name] = backend_adapter(c, state, self.catalog, self.settings)
+            elif isinstance(adapter := self.adapters[c.name], OllamaAdapter):
+                # Ollama is sent each model's context window: the described one, as it is now.
+                adapter.context_lengths = {
+                    up: self.catalog.resolve(model).context_length
+                    for model, up in state.serves.items()
+                }
+        added = sorted(set(kept) - set(current))
+        removed = sorted(set(current) - set(kept))
+        self._configs = kept
+        if self.slots is not None:
+            await self.slots.track(states)
+        if self.breakers is not None:
+            await self.breakers.track(states)
+        await self.monitor.retarget([monitor_target(c) for c in configs])
+        if added or removed:
+            log.info("catalog changed", added=added, removed=removed, epoch=rows.epoch)
+        # Requests waiting for a model may fit on a backend that just arrived.
+        for spec in self.catalog.models():
+            self.gate.release(spec.name)
+
+    async def _close_retired(self) -> None:
+        """Closes the adapters of removed backends once their last request has ended."""
+        done = [(s, a) for s, a in self._retired if s.in_flight == 0]
+        self._retired = [(s, a) for s, a in self._retired if s.in_flight > 0]
+        for _, adapter in done:
+            await adapter.aclose()
