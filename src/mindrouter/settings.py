@@ -81,7 +81,10 @@ class Settings:
     api_docs: ApiDocs = "admin"
     metrics_token: str | None = None
     metrics_port: int | None = None
-    usage_flush_s: float = 30.0
+    # Each process renews its heartbeat (and checkpoints its streams) every heartbeat_s; a
+    # process silent for instance_stale_s is dead, and its pending audit records are swept.
+    heartbeat_s: float = 3.0
+    instance_stale_s: float = 15.0
     # Limit leases (a user's concurrency slot and token reservation) expire this long after
     # their last renewal; the process serving a request renews them every lease_renew_s.
     lease_s: float = 20.0
@@ -174,6 +177,16 @@ def _connections(top: Section, s: Settings) -> None:
         s.metrics_port = top.integer("metrics_port", 0, (0, 65535))
 
 
+def _heartbeat(top: Section, s: Settings) -> None:
+    s.instance_stale_s = top.number("instance_stale_s", s.instance_stale_s, above=0, at_most=120)
+    s.heartbeat_s = top.number("heartbeat_s", s.heartbeat_s, above=0)
+    if s.heartbeat_s > s.instance_stale_s / 3:
+        top.fail(
+            "heartbeat_s",
+            f"at most a third of instance_stale_s ({s.instance_stale_s:g}), got {s.heartbeat_s:g}",
+        )
+
+
 def _leases(top: Section, s: Settings) -> None:
     s.lease_s = top.number("lease_s", s.lease_s, above=0, at_most=300)
     s.lease_renew_s = top.number("lease_renew_s", s.lease_renew_s, above=0)
@@ -213,7 +226,7 @@ def settings_from_dict(raw: Any, base: Path | None = None) -> Settings:
     )
     s.trusted_proxies = _trusted_proxies(top)
     _connections(top, s)
-    s.usage_flush_s = top.number("usage_flush_s", s.usage_flush_s, above=0, at_most=60)
+    _heartbeat(top, s)
     _leases(top, s)
     s.shutdown_grace_s = top.number("shutdown_grace_s", s.shutdown_grace_s, at_least=0)
     s.responses_retention_days = top.integer(

@@ -20,6 +20,7 @@ from mindrouter.stores.sql.audit_writer import AuditWriter
 from mindrouter.stores.sql.catalog import SqlCatalog
 from mindrouter.stores.sql.directory import SqlDirectory
 from mindrouter.stores.sql.engine import PoolSettings, create_engine
+from mindrouter.stores.sql.instances import SqlInstances
 from mindrouter.stores.sql.keys import SqlKeyStore
 from mindrouter.stores.sql.migrate import ensure_migrated
 from mindrouter.stores.sql.reports import SqlReports
@@ -40,6 +41,7 @@ class SqlStores:
     usage: SqlUsageStore  # the UsageLedger
     accounts: SqlAccounts  # console sign-in: passwords, OIDC subjects, the console's admins
     reports: SqlReports  # usage summaries for the console and the CSV export
+    instances: SqlInstances  # heartbeats, checkpoints and the sweeper
 
     audit_engine: AsyncEngine | None = None  # the audit writer's own pool, when it has one
 
@@ -62,6 +64,7 @@ class SqlStores:
             usage=SqlUsageStore(engine),
             accounts=SqlAccounts(engine),
             reports=SqlReports(engine),
+            instances=SqlInstances(engine),
             audit_engine=audit_engine,
         )
 

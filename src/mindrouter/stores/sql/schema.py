@@ -14,6 +14,7 @@ from sqlalchemy import (
     Column,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -156,6 +157,23 @@ audit_records = Table(
     Column("total_ms", Float, nullable=True),
     Column("completed_at", UtcDateTime, nullable=True),
     Column("purged", Boolean, nullable=False),
+    # The gateway process that wrote it (`instances.id`); NULL for records older than 0003.
+    Column("instance_id", token_type(32), nullable=True),
+    # A sweeper looks up the records still `pending` of one dead process.
+    Index("ix_audit_records_instance_status", "instance_id", "status"),
+)
+
+# One row per running gateway process, its heartbeat renewed every `heartbeat_s`; a row whose
+# heartbeat is older than `instance_stale_s` belongs to a process that died (or stopped), and
+# any other process closes its `pending` audit records, then deletes the row.
+instances = Table(
+    "instances",
+    metadata,
+    Column("id", token_type(32), primary_key=True),
+    Column("host", String(200), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("heartbeat_at", UtcDateTime, nullable=False),
 )
 
 usage = Table(
