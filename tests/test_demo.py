@@ -101,3 +101,23 @@ def test_rerank_curl_in_the_api_docs_works(demo: tuple[str, list[str]]) -> None:
     assert body["id"].startswith("rerank-") and body["model"] == "bge-reranker-v2-m3"
     assert [r["index"] for r in body["results"]] == [1, 0]
     assert "Llamas" in body["results"][0]["document"]["text"]
+
+
+def test_console_sign_in_printed_works(demo: tuple[str, list[str]]) -> None:
+    import httpx
+
+    url, lines = demo
+    console = next(line for line in lines if "Web console:" in line)
+    assert f"{url}/console/" in console
+    password = re.search(r"password: (\S+)", "\n".join(lines))
+    assert password is not None
+    client = httpx.Client(base_url=url)
+    page = client.get("/console/sign-in").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert csrf is not None
+    r = client.post(
+        "/console/sign-in",
+        data={"csrf": csrf.group(1), "username": "admin", "password": password.group(1)},
+    )
+    assert r.status_code == 303
+    assert client.get("/console/admin/backends").status_code == 200

@@ -83,6 +83,18 @@ _mr_flight.Flight.close = _mr_close
 """
 
 
+# The gateway without its web console (`console.enabled: false`): the console is mounted after
+# every API route and wraps nothing else, so this should measure the same as the default.
+_CONSOLE_OFF = """
+import mindrouter.app as _mr_app
+_mr_build = _mr_app.build_app
+def _mr_patched(settings, stores=None):
+    settings.console.enabled = False
+    return _mr_build(settings, stores)
+_mr_app.build_app = _mr_patched
+"""
+
+
 def _patch(*bodies: str) -> str:
     return _PATCH_APP.format(body="\n".join(bodies))
 
@@ -97,6 +109,7 @@ VARIANTS: dict[str, str] = {
     "eager-complete": _EAGER_COMPLETE,
     "starlette-front": _patch(_STARLETTE_FRONT),
     "close-behind": _CLOSE_BEHIND,
+    "console-off": _CONSOLE_OFF,
 }
 
 

@@ -1,4 +1,5 @@
-"""Administration from the command line: migrate, keys, users, groups, backends.
+"""Administration from the command line: migrate, keys, users (and their console passwords),
+groups, backends.
 
 `add_admin_commands(subparsers)` registers the commands on the `mindrouter` parser; each sets
 `run`, a function of the parsed namespace returning the exit code. Every command takes
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from mindrouter.backends.base import ENGINES
-from mindrouter.errors import MindRouterError
+from mindrouter.errors import InvalidRequest, MindRouterError
+from mindrouter.identity.passwords import Passwords, password_problem
 from mindrouter.settings import ConfigError, load_settings
 from mindrouter.stores.records import (
     BackendChanges,
@@ -198,6 +201,27 @@ async def _users_deactivate(stores: SqlStores, ns: argparse.Namespace) -> None:
     print(f"deactivated user {ns.name}: their keys stop working within a second")
 
 
+def _read_password(ns: argparse.Namespace) -> str:
+    if getattr(ns, "password_stdin", False):
+        return sys.stdin.readline().rstrip("\r\n")
+    first = getpass.getpass(f"new console password for {ns.name}: ")
+    if getpass.getpass("again: ") != first:
+        raise InvalidRequest("the two passwords differ")
+    return first
+
+
+async def _users_set_password(stores: SqlStores, ns: argparse.Namespace) -> None:
+    password = _read_password(ns)
+    problem = password_problem(password)
+    if problem is not None:
+        raise InvalidRequest(problem)
+    hashed = await Passwords().hash(password)
+    admin = getattr(ns, "admin", None)
+    account = await stores.accounts.save(ns.name, password_hash=hashed, is_admin=admin)
+    role = "an administrator" if account.is_admin else "a user"
+    print(f"{ns.name} can sign in to the console at /console as {role}")
+
+
 async def _groups_create(stores: SqlStores, ns: argparse.Namespace) -> None:
     group = await stores.directory.create_group(
         ns.name, GroupLimits(**_given(ns, ("scheduler_weight", *LIMITS))), ns.model
@@ -355,6 +379,10 @@ def add_admin_commands(sub: Subparsers) -> None:
     _switch(p, "active", "--active", "--inactive")
     _limit_flags(p, inherit=True)
     _add(users, "deactivate", _users_deactivate, "stop a user's keys working").add_argument("name")
+    p = _add(users, "set-password", _users_set_password, "set a console password", partial=True)
+    p.add_argument("name")
+    p.add_argument("--password-stdin", action="store_true", help="read it from standard input")
+    _switch(p, "admin", "--admin", "--no-admin")
 
     groups = _verbs(sub, "groups", "groups")
     p = _add(groups, "create", _groups_create, "create a group")

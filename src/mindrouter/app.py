@@ -12,12 +12,13 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from mindrouter.backends.monitor import BackendMonitor
 from mindrouter.catalog_sync import CatalogSync
 from mindrouter.components import build_adapters, build_catalog, build_limits, monitor_target
 from mindrouter.config_reload import ConfigReload, log_sync_report
+from mindrouter.console import build_console
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
 from mindrouter.http.admin_routes import admin_router
 from mindrouter.http.anthropic_routes import anthropic_routes
@@ -39,6 +40,7 @@ from mindrouter.pipeline.drain import Drain
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.pipeline.housekeeping import Chore, Housekeeping
 from mindrouter.pipeline.leases import LeaseKeeper
+from mindrouter.pipeline.recovery import Recovery
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.runtime import Runtime, readiness, shutdown
@@ -49,7 +51,7 @@ from mindrouter.stores.fairshare import RedisFairShareState
 from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
 from mindrouter.stores.sql.responses import SqlResponseStore
-from mindrouter.stores.sql.retention import AuditRetention
+from mindrouter.stores.sql.retention import RETENTION_INTERVAL_S, AuditRetention
 
 
 def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
@@ -104,8 +106,9 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     )
     metrics = Metrics()
     limits = build_limits(settings, metrics)
-    usage = UsageSync(stores.usage, limits, interval=settings.usage_flush_s)
+    usage = UsageSync(stores.usage, limits)
     leases = LeaseKeeper(limits, settings.lease_renew_s)
+    recovery = Recovery(stores.instances, limits, stale_s=settings.instance_stale_s)
     drain = Drain(settings.shutdown_grace_s)
     # With Redis the fair-share counters are shared by every process and replica.
     shared_fairshare = (
@@ -154,6 +157,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         breakers=breakers,
         slots=slots,
         leases=leases,
+        recovery=recovery,
         draining=drain.expired,
     )
     gateway = Gateway(services)
@@ -177,8 +181,18 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     )
     config_reload = ConfigReload(stores, catalog_sync, settings)
     responses = SqlResponseStore(stores.engine, settings.responses_retention_days)
-    housekeeping = Housekeeping([Chore("expired responses", 3600.0, responses.purge)])
     retention = AuditRetention(stores.audit_log, settings.audit_retention_days)
+    housekeeping = Housekeeping(
+        [
+            Chore("heartbeat and sweep", settings.heartbeat_s, recovery.tick),
+            Chore("expired responses", 3600.0, responses.purge),
+            *(
+                [Chore("audit retention", RETENTION_INTERVAL_S, retention.purge_once)]
+                if retention.days > 0
+                else []
+            ),
+        ]
+    )
     runtime = Runtime(
         stores,
         authenticator,
@@ -191,6 +205,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         drain,
         housekeeping,
         retention,
+        recovery,
         shared_fairshare,
         breakers,
         slots,
@@ -200,12 +215,11 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         log_sync_report(await apply_config(stores, settings))
         await authenticator.start()
+        await recovery.start()
         await catalog_sync.start()
-        await usage.start()
         await leases.start()
         await monitor.start()
         await housekeeping.start()
-        await retention.start()
         if shared_fairshare is not None:
             await shared_fairshare.start()
         if breakers is not None:
@@ -295,4 +309,14 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.router.routes.extend(usage_routes(gateway, stores))
     app.router.routes.extend(routing_admin_routes(gateway))
     app.include_router(admin_router(stores, authenticator))
+    if settings.console.enabled:
+        # Last: the console's pages never stand before an API route in the matching order.
+        console = build_console(
+            settings,
+            stores=stores,
+            gateway=gateway,
+            authenticator=authenticator,
+            trusted=trusted,
+        )
+        app.router.routes.append(Mount("/console", console))
     return app

@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 
 from mindrouter.app import build_app
+from mindrouter.identity.passwords import Passwords
 from mindrouter.observability.logging import configure_logging
 from mindrouter.serving import InLoopServer
 from mindrouter.settings import Settings, settings_from_dict
@@ -24,6 +25,7 @@ from mindrouter.stores.sql.migrate import upgrade
 
 STATE_DIR = Path(".mindrouter")
 CHAT_MODEL = "llama-3.1-8b-instruct"
+ADMIN = "admin"  # the demo's console administrator
 
 
 def _sims() -> tuple[SimConfig, SimConfig]:
@@ -73,7 +75,7 @@ def demo_settings(vllm_url: str, ollama_url: str, host: str, port: int) -> Setti
                 {"name": "faculty", "scheduler_weight": 3},
                 {"name": "students", "scheduler_weight": 1},
             ],
-            "users": [{"name": "demo", "group": "faculty"}],
+            "users": [{"name": "demo", "group": "faculty"}, {"name": ADMIN, "group": "faculty"}],
             "backends": [
                 {
                     "name": "vllm-sim",
@@ -146,15 +148,19 @@ def curl_line(base_url: str, key: str) -> str:
     )
 
 
-async def prepare_database(settings: Settings) -> str:
-    """Migrates the demo database, applies the demo config and makes a fresh key for `demo`."""
+async def prepare_database(settings: Settings) -> tuple[str, str]:
+    """Migrates the demo database, applies the demo config, makes a fresh key for `demo` and a
+    fresh console password for the demo administrator `admin`."""
     stores = open_stores(settings.database_url, audit_commit=settings.audit_commit)
     try:
         await upgrade(stores.engine)
         await apply_config(stores, settings)
         created = await stores.keys.create_key("demo", name="demo")
-        key: str = created.key
-        return key
+        password = secrets.token_urlsafe(12)
+        hashed = await Passwords().hash(password)
+        await stores.accounts.save(ADMIN, password_hash=hashed, is_admin=True)
+        await stores.accounts.save("demo", password_hash=hashed)
+        return created.key, password
     finally:
         await stores.aclose()
 
@@ -166,7 +172,7 @@ async def run_demo(host: str, port: int) -> None:
     for s in sims:
         await s.start()
     settings = demo_settings(sims[0].url, sims[1].url, host, port)
-    key = await prepare_database(settings)
+    key, password = await prepare_database(settings)
     gateway = InLoopServer(build_app(settings), host=host, port=port)
     print(f"MindRouter demo is running at {gateway.url}")
     print(f"  simulated vLLM backend:   {sims[0].url}")
@@ -182,6 +188,9 @@ async def run_demo(host: str, port: int) -> None:
     print(
         f"Ollama SDK:    Client(host='{gateway.url}', headers={{'Authorization': 'Bearer {key}'}})"
     )
+    print()
+    print(f"Web console:   {gateway.url}/console/  (status page: {gateway.url}/console/status)")
+    print(f"  sign in as '{ADMIN}' (administrator) or 'demo', password: {password}")
     print("Press Ctrl-C to stop.", flush=True)
     try:
         await gateway.serve_forever()

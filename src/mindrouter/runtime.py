@@ -17,6 +17,7 @@ from mindrouter.pipeline.drain import Drain
 from mindrouter.pipeline.flight import wait_for_closing
 from mindrouter.pipeline.housekeeping import Housekeeping
 from mindrouter.pipeline.leases import LeaseKeeper
+from mindrouter.pipeline.recovery import Recovery
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.settings import Settings
 from mindrouter.stores.breakers import SharedBreakers
@@ -42,6 +43,7 @@ class Runtime:
     drain: Drain
     housekeeping: Housekeeping
     retention: AuditRetention
+    recovery: Recovery
     fairshare: RedisFairShareState | None = None
     breakers: SharedBreakers | None = None
     slots: SharedSlots | None = None
@@ -77,11 +79,13 @@ async def shutdown(rt: Runtime) -> None:
         rt.catalog_sync.stop,
         rt.monitor.stop,
         rt.housekeeping.stop,
-        rt.retention.stop,
         rt.authenticator.stop,
         wait_for_closing,
         rt.leases.stop,
-        rt.usage.stop,
+        # Every outcome written before the heartbeat is given up: what is still pending then
+        # is swept at once by another process.
+        rt.stores.audit.flush,
+        rt.recovery.stop,
         *([rt.fairshare.stop] if rt.fairshare is not None else []),
         *([rt.breakers.stop] if rt.breakers is not None else []),
         *([rt.slots.stop] if rt.slots is not None else []),

@@ -41,6 +41,7 @@ from mindrouter.settings_cluster import (
 from mindrouter.settings_cluster import (
     ModelSettings as ModelSettings,
 )
+from mindrouter.settings_console import ConsoleSettings, read_console
 from mindrouter.settings_fields import ConfigError as ConfigError
 from mindrouter.settings_fields import Section
 from mindrouter.settings_sources import (
@@ -81,7 +82,10 @@ class Settings:
     api_docs: ApiDocs = "admin"
     metrics_token: str | None = None
     metrics_port: int | None = None
-    usage_flush_s: float = 30.0
+    # Each process renews its heartbeat (and checkpoints its streams) every heartbeat_s; a
+    # process silent for instance_stale_s is dead, and its pending audit records are swept.
+    heartbeat_s: float = 3.0
+    instance_stale_s: float = 15.0
     # Limit leases (a user's concurrency slot and token reservation) expire this long after
     # their last renewal; the process serving a request renews them every lease_renew_s.
     lease_s: float = 20.0
@@ -101,6 +105,8 @@ class Settings:
     users: list[UserSettings] = field(default_factory=list)
     backends: list[BackendSettings] = field(default_factory=list)
     models: list[ModelSettings] = field(default_factory=list)
+    # The web console and its sign-in: settings_console.py reads them.
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
 
 
 def _routing_weights(top: Section) -> ScoreWeights:
@@ -172,6 +178,16 @@ def _connections(top: Section, s: Settings) -> None:
         s.metrics_port = top.integer("metrics_port", 0, (0, 65535))
 
 
+def _heartbeat(top: Section, s: Settings) -> None:
+    s.instance_stale_s = top.number("instance_stale_s", s.instance_stale_s, above=0, at_most=120)
+    s.heartbeat_s = top.number("heartbeat_s", s.heartbeat_s, above=0)
+    if s.heartbeat_s > s.instance_stale_s / 3:
+        top.fail(
+            "heartbeat_s",
+            f"at most a third of instance_stale_s ({s.instance_stale_s:g}), got {s.heartbeat_s:g}",
+        )
+
+
 def _leases(top: Section, s: Settings) -> None:
     s.lease_s = top.number("lease_s", s.lease_s, above=0, at_most=300)
     s.lease_renew_s = top.number("lease_renew_s", s.lease_renew_s, above=0)
@@ -214,7 +230,7 @@ def settings_from_dict(raw: Any, base: Path | None = None) -> Settings:
     )
     s.trusted_proxies = _trusted_proxies(top)
     _connections(top, s)
-    s.usage_flush_s = top.number("usage_flush_s", s.usage_flush_s, above=0, at_most=60)
+    _heartbeat(top, s)
     _leases(top, s)
     s.shutdown_grace_s = top.number("shutdown_grace_s", s.shutdown_grace_s, at_least=0)
     s.responses_retention_days = top.integer(
@@ -233,6 +249,7 @@ def settings_from_dict(raw: Any, base: Path | None = None) -> Settings:
         cluster.backends,
         cluster.models,
     )
+    s.console = read_console(top, base)
     top.finish()
     if problems:
         raise ConfigError(*problems)

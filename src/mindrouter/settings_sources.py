@@ -20,6 +20,7 @@ ENVIRONMENT = {
     "MINDROUTER_DATABASE_URL": "database_url",
     "MINDROUTER_REDIS_URL": "redis_url",
     "MINDROUTER_SECRET_KEY": "secret_key",
+    "MINDROUTER_METRICS_TOKEN": "metrics_token",
 }
 
 

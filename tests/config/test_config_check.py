@@ -120,10 +120,10 @@ BROKEN: list[tuple[dict[str, Any], list[str]]] = [
     ({"shutdown_grace_s": -1}, ["shutdown_grace_s: must be at least 0, got -1"]),
     (
         # Every mistake of a file in one run, in the order of the file.
-        {"max_attempts": 0, "usage_flush_s": 0, "backends": [backend(url="x", prority=1)]},
+        {"max_attempts": 0, "heartbeat_s": 0, "backends": [backend(url="x", prority=1)]},
         [
             "max_attempts: must be at least 1, got 0",
-            "usage_flush_s: must be greater than 0, got 0",
+            "heartbeat_s: must be greater than 0, got 0",
             "backends[0].url: an http:// or https:// URL with a host, got 'x'",
             "backends[0].prority: unknown key; did you mean priority?",
         ],

@@ -10,6 +10,8 @@ changes instead of silently testing something else.
 from __future__ import annotations
 
 import contextlib
+import getpass
+import os
 import re
 import shutil
 import signal
@@ -96,8 +98,11 @@ def _main_config(prefix: Path, site: Path) -> str:
         f"    {kind}_temp_path {prefix / kind};"
         for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
+    # Started as root, nginx runs its workers as `nobody`, who cannot write the request bodies it
+    # buffers into the test's private folder: keep them as the user running the test.
+    user = f"user {getpass.getuser()};\n" if os.geteuid() == 0 else ""
     return f"""daemon off;
-pid {prefix / "nginx.pid"};
+{user}pid {prefix / "nginx.pid"};
 error_log {prefix / "error.log"} info;
 worker_processes 1;
 events {{

@@ -135,6 +135,11 @@ class GatewayProcess:
             )
         return self
 
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 

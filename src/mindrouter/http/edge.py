@@ -6,8 +6,9 @@ without doing anything:
 - the URL is checked (no NUL: PostgreSQL cannot store one, so it must never reach a query);
 - the key is checked on the headers, before one byte of the body is read: any key for the API,
   an admin key for `/admin/*` and the OpenAPI document, an admin key or the metrics token for
-  `/metrics`; only the health probes are open. Failed attempts are rate-limited by the
-  authenticator, per client address and per key prefix;
+  `/metrics`; only the health probes are open, and the web console under `/console`, which
+  signs its users in with a session of its own and bounds its forms more tightly. Failed
+  attempts are rate-limited by the authenticator, per client address and per key prefix;
 - the body is bounded as it streams in: a declared length over `max_body_bytes` is refused at
   once, and a body (chunked or not) that passes the limit is cut with 413 at the chunk that
   passes it; a body that stops arriving for `body_timeout_s` gets 408;
@@ -48,10 +49,11 @@ Access = Literal["open", "key", "admin", "metrics"]
 # Ollama clients probe "/" ("Ollama is running") before they send a key.
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz"})
 ADMIN_PATHS = frozenset({"/admin", "/openapi.json"})
+CONSOLE = "/console"
 
 
 def access_for(path: str) -> Access:
-    if path in OPEN_PATHS:
+    if path in OPEN_PATHS or path == CONSOLE or path.startswith(CONSOLE + "/"):
         return "open"
     if path == "/metrics":
         return "metrics"

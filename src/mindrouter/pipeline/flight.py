@@ -6,9 +6,11 @@ once, however the request ended, in a task that cancellation cannot interrupt:
 
     1. release the backend slot and let the fair gate hand it to the next waiter
     2. mark the model as loaded
-    3. complete the audit record
+    3. complete the audit record (which charges the durable usage in the same transaction)
     4. settle the limit counters (quota; Redis when configured)
-    5. queue the tokens for the durable usage rows
+
+While it runs, the request is tracked by the process's `Recovery`, whose heartbeat checkpoints
+the tokens produced so far into the pending audit record.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.routing.catalog import BackendState, ModelSpec, required_features
 from mindrouter.scheduling import Job
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
-from mindrouter.stores.limits import Limits, Ticket
+from mindrouter.stores.limits import Limits, Ticket, UsageNotLoaded
 from mindrouter.tokens import (
     estimate_chat_input,
     estimate_completion_input,
@@ -164,9 +166,12 @@ class Flight:
         self.est_input = await estimate_input_off_loop(self.req)
         await s.usage.ensure_seeded(p.user_id)
         limits = Limits(p.token_budget, p.rpm, p.max_concurrent, p.budget_period_days)
-        self.ticket = await s.limits.admit(
-            limit_key(p.user_id), limits, self.est_input + self.est_output, s.wall()
-        )
+        estimate = self.est_input + self.est_output
+        try:
+            self.ticket = await s.limits.admit(limit_key(p.user_id), limits, estimate, s.wall())
+        except UsageNotLoaded:
+            await s.usage.reload(p.user_id)
+            self.ticket = await s.limits.admit(limit_key(p.user_id), limits, estimate, s.wall())
         if s.leases is not None:
             s.leases.hold(self.ticket)
         try:
@@ -182,6 +187,7 @@ class Flight:
                 client_ip=self.ctx.client_ip,
                 user_agent=self.ctx.user_agent,
                 request_id=self.ctx.request_id,
+                instance_id=s.recovery.instance_id if s.recovery is not None else None,
             )
         except BaseException as exc:
             await self._refused(exc)
@@ -190,6 +196,8 @@ class Flight:
         # in the queue at once; `recorded` keeps it from reaching a backend before the record.
         self._audit = start
         self._begin = asyncio.ensure_future(s.audit.begin(start))
+        if s.recovery is not None:
+            s.recovery.track(start.uuid, lambda: self.tally.used(self.est_input))
         try:
             await self._schedule(self._begin)
         except BaseException as exc:
@@ -329,8 +337,12 @@ class Flight:
         if status == "ok" and served_by is not None:
             s.catalog.mark_used(self.spec.name, s.clock())
             served_by.loaded.add(self.spec.name)
-        # 3. The audit record (its commit may still be under way if the request failed early).
+        # 3. The audit record (its commit may still be under way if the request failed early),
+        # with the usage charge.
+        if s.recovery is not None and self._audit is not None:
+            s.recovery.untrack(self._audit.uuid)
         audit_uuid = await self._audit_uuid()
+        ticket = self.ticket
         if audit_uuid is not None:
             now = s.clock()
             first = self.ctx.first_token_at
@@ -348,14 +360,16 @@ class Flight:
                     first_token_ms=(first - self.ctx.received_at) * 1000 if first else None,
                     total_ms=(now - self.ctx.received_at) * 1000,
                     completed_at=datetime.now(UTC),
+                    period_start=(
+                        datetime.fromtimestamp(ticket.period_start, UTC) if ticket else None
+                    ),
                 ),
             )
-        # 4. and 5. The quota counters, then the durable usage rows.
-        if self.ticket is not None:
+        # 4. The quota counters.
+        if ticket is not None:
             if s.leases is not None:
-                s.leases.release(self.ticket)
+                s.leases.release(ticket)
             try:
-                await s.limits.settle(self.ticket, used, s.wall())
+                await s.limits.settle(ticket, used, s.wall())
             except Exception as exc:
                 log.error("settling limits failed", error=str(exc), tokens=used)
-            s.usage.record(self.principal.user_id, used, s.wall(), self.ticket.period_start)

@@ -1,8 +1,10 @@
 """Chores a gateway process runs now and then, off the request path: each is a coroutine run at
 start and then every `interval` seconds, its failures logged and the next run kept.
 
-Every replica runs them; they are idempotent deletes, so running them in several places at once
-costs a few queries and nothing else.
+The chores: this process's heartbeat with the checkpoints of its requests in flight and the
+sweep of dead processes' records (`recovery.py`, every `heartbeat_s`), audit retention and the
+purge of expired stored responses (hourly). Every replica runs them; each is safe to run in
+several places at once (conditional updates, idempotent deletes).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Chore:
 class Housekeeping:
     def __init__(self, chores: list[Chore]) -> None:
         self.chores = chores
+        self.names = [chore.name for chore in chores]
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

@@ -11,6 +11,7 @@ from mindrouter.backends.base import EngineAdapter
 from mindrouter.identity.principal import Principal
 from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.leases import LeaseKeeper
+from mindrouter.pipeline.recovery import Recovery
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.catalog import BackendState, Catalog
 from mindrouter.routing.select import DEFAULT_WEIGHTS, ScoreWeights
@@ -61,6 +62,7 @@ class Services:
     breakers: SharedBreakers | None = None
     slots: SharedSlots | None = None
     leases: LeaseKeeper | None = None  # renews the limit leases of requests in flight
+    recovery: Recovery | None = None  # heartbeat and checkpoints of requests in flight
     draining: Callable[[], bool] = field(default=lambda: False)  # shutting down: end streams
     clock: Callable[[], float] = field(default=time.monotonic)
     wall: Callable[[], float] = field(default=time.time)

@@ -1,30 +1,30 @@
-"""Between the fast limit counters and the durable usage rows.
+"""Loads a user's period usage from the durable usage rows into the limit store.
 
-Period usage is loaded into the limit store the first time a user is seen by this process (so a
-restart keeps it), and the tokens charged are written back as additive deltas in batches: at
-least every `interval` seconds and at shutdown. Deltas add up correctly however many processes
-report, and `lifetime_tokens_used` only ever grows.
+The tokens a request used are charged to the database when its audit record is closed, in the
+same transaction (`stores/sql/audit_close.py`), and to the limit counters when it settles; this
+module only fills the counters from the database: the first time this process sees a user, and
+again whenever the shared store says it no longer holds the user's usage (Redis restarted empty:
+`UsageNotLoaded`), so a budget is never checked against counters that started again from zero;
+with the usage go the user's admissions of the last minute and their requests in flight, read
+from the audit trail, so the per-minute and concurrency limits hold across such a loss too.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol
 
-from mindrouter.errors import NotFound
-from mindrouter.observability.logging import log
-from mindrouter.stores.limits import LimitStore
+from mindrouter.stores.limits import Activity, LimitStore
 from mindrouter.stores.records import UsageCounters
 
 
 class UsageLedger(Protocol):
-    async def add_usage(
-        self, user_id: int, tokens: int, now: datetime, period_start: datetime | None = None
-    ) -> UsageCounters: ...
-
     async def get_usage(self, user_id: int, now: datetime | None = None) -> UsageCounters: ...
+
+    async def recent_activity(self, user_id: int, now: datetime) -> tuple[list[datetime], int]: ...
 
 
 def limit_key(user_id: int) -> str:
@@ -32,21 +32,27 @@ def limit_key(user_id: int) -> str:
 
 
 class UsageSync:
-    def __init__(self, ledger: UsageLedger, limits: LimitStore, interval: float = 30.0) -> None:
+    def __init__(
+        self, ledger: UsageLedger, limits: LimitStore, wall: Callable[[], float] = time.time
+    ) -> None:
         self._ledger = ledger
         self._limits = limits
-        self._interval = interval
+        self._wall = wall
         self._seeded: set[int] = set()
         self._seeding: dict[int, asyncio.Future[None]] = {}
-        # (user, period start) -> [tokens, time of the last charge]: charges of different periods
-        # stay apart, so each lands in its own period in the database.
-        self._pending: dict[tuple[int, float], list[float]] = {}
-        self._task: asyncio.Task[None] | None = None
+        self.reloads = 0  # loads after the limit store had lost a user's usage
 
     async def ensure_seeded(self, user_id: int) -> None:
-        if user_id in self._seeded:
-            return
-        # One load per user even when a burst of their first requests arrives at once.
+        if user_id not in self._seeded:
+            await self._load(user_id)
+
+    async def reload(self, user_id: int) -> None:
+        """The limit store lost the user's usage: load it again, whatever this process did."""
+        self.reloads += 1
+        await self._load(user_id)
+
+    async def _load(self, user_id: int) -> None:
+        # One load per user even when a burst of their requests arrives at once.
         task = self._seeding.get(user_id)
         if task is None:
             task = asyncio.ensure_future(self._seed(user_id))
@@ -55,54 +61,19 @@ class UsageSync:
         await asyncio.shield(task)
 
     async def _seed(self, user_id: int) -> None:
+        now = self._wall()
         counters = await self._ledger.get_usage(user_id)
-        if counters.period_start is not None:
-            await self._limits.seed(
-                limit_key(user_id),
-                counters.period_start.timestamp(),
-                counters.period_tokens,
-                counters.lifetime_tokens,
-            )
+        # A store that lost its data also rebuilds the user's last minute of admissions and
+        # requests in flight from these (their limits would start from zero otherwise).
+        admitted, in_flight = await self._ledger.recent_activity(
+            user_id, datetime.fromtimestamp(now, UTC)
+        )
+        start = counters.period_start
+        await self._limits.seed(
+            limit_key(user_id),
+            start.timestamp() if start is not None else None,
+            counters.period_tokens,
+            counters.lifetime_tokens,
+            Activity(now, tuple(t.timestamp() for t in admitted), in_flight),
+        )
         self._seeded.add(user_id)
-
-    def record(self, user_id: int, tokens: int, charged_at: float, period_start: float) -> None:
-        if tokens > 0:
-            entry = self._pending.setdefault((user_id, period_start), [0, charged_at])
-            entry[0] += tokens
-            entry[1] = max(entry[1], charged_at)
-
-    async def flush(self) -> None:
-        pending, self._pending = self._pending, {}
-        for (user_id, start), (tokens, charged_at) in sorted(pending.items()):
-            try:
-                await self._ledger.add_usage(
-                    user_id,
-                    int(tokens),
-                    datetime.fromtimestamp(charged_at, UTC),
-                    datetime.fromtimestamp(start, UTC),
-                )
-            except NotFound:
-                # The user was deleted (their usage row with them): there is nothing left to
-                # charge, and retrying would fail, and log, every round until a restart.
-                self._seeded.discard(user_id)
-                log.warning("usage of a deleted user dropped", user_id=user_id, tokens=tokens)
-            except Exception as exc:
-                # Keep the tokens for the next round rather than lose them.
-                entry = self._pending.setdefault((user_id, start), [0, charged_at])
-                entry[0] += tokens
-                log.error("usage flush failed", user_id=user_id, tokens=tokens, error=str(exc))
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self.flush()
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            await self.flush()

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-AuditStatus = Literal["pending", "ok", "error", "cancelled"]
+# `interrupted`: closed by a sweeper after the gateway process serving the request died.
+AuditStatus = Literal["pending", "ok", "error", "cancelled", "interrupted"]
 Outcome = Literal["ok", "error", "cancelled"]
 
 
@@ -35,6 +36,7 @@ class AuditStart:
     client_ip: str | None = None
     user_agent: str | None = None
     request_id: str | None = None
+    instance_id: str | None = None  # the gateway process serving it (for the sweeper)
     uuid: str = field(default_factory=new_audit_uuid)
     created_at: datetime = field(default_factory=_now)
 
@@ -54,6 +56,8 @@ class AuditOutcome:
     first_token_ms: float | None = None
     total_ms: float | None = None
     completed_at: datetime = field(default_factory=_now)
+    # Where the user's first budget period starts if this is their first charge (admission time).
+    period_start: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

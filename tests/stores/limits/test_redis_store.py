@@ -88,6 +88,7 @@ async def test_a_lost_script_cache_is_refilled(redis_server: RedisServer) -> Non
     keys = [f"{p}usage:u", f"{p}window:u", f"{p}leases:u", f"{p}lease_tokens:u", f"{p}dirty"]
     args: list[str | int] = [repr(T0), 0, 0, 0, "86400.0", 5, "lease", repr(T0 + 9), "u"]
     args += ["60.0", "1.0", 120_000, 120_000]
+    await client.hset(keys[0], "seeded", "1")  # the user's usage is loaded
     reply = await script.run(client, keys, args)
     assert int(reply[0]) == 1
     assert await client.script_exists(script.sha) == [True]
@@ -98,6 +99,7 @@ async def test_an_exhausted_client_pool_is_busy_not_unavailable(redis_server: Re
     # The default pool raises past its size instead of waiting; Redis itself is fine.
     client = Redis.from_url(REDIS_URL, max_connections=2, retry=Retry(NoBackoff(), 0))
     store = RedisLimitStore(client, redis_server.prefix, owns_client=True)
+    await store.seed("alice", None, 0, 0)
     results = await asyncio.gather(
         *(store.admit("alice", Limits(), 1, T0) for _ in range(20)), return_exceptions=True
     )
@@ -109,6 +111,7 @@ async def test_an_exhausted_client_pool_is_busy_not_unavailable(redis_server: Re
 
 async def test_a_store_from_a_url_owns_its_client(redis_server: RedisServer) -> None:
     store = RedisLimitStore.from_url(REDIS_URL, redis_server.prefix, max_connections=4)
+    await store.seed("alice", None, 0, 0)
     tickets = await asyncio.gather(*(store.admit("alice", Limits(), 1, T0) for _ in range(50)))
     assert len({t.lease_id for t in tickets}) == 50
     await store.close()

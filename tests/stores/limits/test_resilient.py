@@ -13,6 +13,7 @@ from redis.backoff import NoBackoff
 
 from mindrouter.errors import Overloaded, RateLimited
 from mindrouter.stores.limits import (
+    Activity,
     Limits,
     LimitStore,
     LimitStoreUnavailable,
@@ -73,10 +74,15 @@ class FlakyStore:
         return await self.inner.snapshot(user, limits, now)
 
     async def seed(
-        self, user: str, period_start: float, period_tokens: int, lifetime_tokens: int
+        self,
+        user: str,
+        period_start: float | None,
+        period_tokens: int,
+        lifetime_tokens: int,
+        activity: Activity | None = None,
     ) -> None:
         self._check()
-        await self.inner.seed(user, period_start, period_tokens, lifetime_tokens)
+        await self.inner.seed(user, period_start, period_tokens, lifetime_tokens, activity)
 
     async def dirty(self) -> list[UsageSnapshot]:
         self._check()

@@ -13,10 +13,12 @@ shutdown once more before `close()`; `seed()` loads the persisted usage at start
 from mindrouter.stores.limits.memory import MemoryLimitStore
 from mindrouter.stores.limits.model import (
     DEFAULT_LEASE_SECONDS,
+    Activity,
     Limits,
     LimitStore,
     LimitStoreUnavailable,
     Ticket,
+    UsageNotLoaded,
     UsageSnapshot,
 )
 from mindrouter.stores.limits.redis_store import RedisLimitStore
@@ -24,6 +26,7 @@ from mindrouter.stores.limits.resilient import RedisUnavailablePolicy, Resilient
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "Activity",
     "LimitStore",
     "LimitStoreUnavailable",
     "Limits",
@@ -32,5 +35,6 @@ __all__ = [
     "RedisUnavailablePolicy",
     "ResilientLimitStore",
     "Ticket",
+    "UsageNotLoaded",
     "UsageSnapshot",
 ]

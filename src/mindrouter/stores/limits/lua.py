@@ -3,7 +3,8 @@
 They mirror `model.roll_period` and `model.check_limits` line for line. Keys per user (the user
 name comes last, after a fixed kind, so no user name can collide with another user's keys):
 
-    {prefix}limits:usage:{user}         hash   start, used, reserved, lifetime, at   (no TTL)
+    {prefix}limits:usage:{user}         hash   start, used, reserved, lifetime, at,  (no TTL)
+                                               seeded
     {prefix}limits:window:{user}        zset   lease id -> admission time           (TTL ~2 min)
     {prefix}limits:leases:{user}        zset   lease id -> lease expiry (renewed)   (TTL ~lease)
     {prefix}limits:lease_tokens:{user}  hash   lease id -> reserved tokens          (TTL ~lease)
@@ -13,6 +14,11 @@ Lease expiry compares the caller's `now`, never Redis TIME; key TTLs are only ga
 for idle users. `reserved` is a counter kept equal to the tokens of the leases in the zset, and
 reset to 0 whenever the zset is empty, which also heals it if the lease keys expired by TTL.
 Numbers go back to Python as strings: Lua numbers returned raw would be truncated to integers.
+
+`seeded` is set when a process loads the user's usage from the database (SEED). A server that
+lost its data (restarted empty, flushed, failed over without it) has no `seeded` for anyone:
+ADMIT then answers {2} and admits nothing until the caller has loaded the user's usage again,
+so a budget is never checked against counters that started again from zero.
 """
 
 from __future__ import annotations
@@ -63,10 +69,12 @@ end
 # KEYS: usage, window, leases, lease_tokens, dirty
 # ARGV: now, budget, rpm, max_concurrent, period_seconds, estimate, lease_id, lease_expires,
 #       user, window_seconds, busy_retry_seconds, window_ttl_ms, lease_ttl_ms
-# Returns {1, start} when admitted, {0, reason, wait, used, reserved, in_flight} when refused.
+# Returns {1, start} when admitted, {0, reason, wait, used, reserved, in_flight} when refused,
+# {2} when the user's usage has not been loaded from the database into this server.
 ADMIT = (
     _COMMON
     + """
+if redis.call('HEXISTS', KEYS[1], 'seeded') == 0 then return {2} end
 local now, budget, rpm = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local max_concurrent, period = tonumber(ARGV[4]), tonumber(ARGV[5])
 local estimate, window, busy = tonumber(ARGV[6]), tonumber(ARGV[10]), tonumber(ARGV[11])
@@ -159,9 +167,28 @@ return {start and num(start) or '', int(used), int(tokens_of(KEYS[4], live)),
 """
 )
 
-# KEYS: usage   ARGV: period_start, period_tokens, lifetime_tokens
+# KEYS: usage, window, leases, lease_tokens
+# ARGV: period_start (empty: no usage yet), period_tokens, lifetime_tokens, restored lease expiry,
+#       window_ttl_ms, lease_ttl_ms, requests in flight, admission times of the last minute...
 # Newer wins: the lifetime total only grows, so a larger stored one means the store is ahead.
+# The first seed since the server lost its data also restores the window and, as leases of no
+# tokens that lapse after one lease length, the requests in flight.
 SEED = """
+if redis.call('HEXISTS', KEYS[1], 'seeded') == 0 then
+  for i = 8, #ARGV do redis.call('ZADD', KEYS[2], ARGV[i], 'restored:' .. i) end
+  if #ARGV >= 8 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
+  local in_flight = tonumber(ARGV[7])
+  for i = 1, in_flight do
+    redis.call('ZADD', KEYS[3], ARGV[4], 'restored:' .. i)
+    redis.call('HSET', KEYS[4], 'restored:' .. i, '0')
+  end
+  if in_flight > 0 then
+    redis.call('PEXPIRE', KEYS[3], ARGV[6])
+    redis.call('PEXPIRE', KEYS[4], ARGV[6])
+  end
+end
+redis.call('HSET', KEYS[1], 'seeded', '1')
+if ARGV[1] == '' then return 0 end
 local state = redis.call('HMGET', KEYS[1], 'start', 'lifetime')
 if state[1] and (tonumber(state[2]) or 0) >= tonumber(ARGV[3]) then return 0 end
 redis.call('HSET', KEYS[1], 'start', ARGV[1], 'used', ARGV[2], 'lifetime', ARGV[3])

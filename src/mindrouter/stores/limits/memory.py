@@ -15,6 +15,7 @@ from uuid import uuid4
 from mindrouter.stores.limits.model import (
     DEFAULT_LEASE_SECONDS,
     WINDOW_SECONDS,
+    Activity,
     Limits,
     Ticket,
     UsageSnapshot,
@@ -134,10 +135,17 @@ class MemoryLimitStore:
         return self._snapshot(user, usage, start, used, now)
 
     async def seed(
-        self, user: str, period_start: float, period_tokens: int, lifetime_tokens: int
+        self,
+        user: str,
+        period_start: float | None,
+        period_tokens: int,
+        lifetime_tokens: int,
+        activity: Activity | None = None,
     ) -> None:
         validate_tokens("period_tokens", period_tokens)
         validate_tokens("lifetime_tokens", lifetime_tokens)
+        if period_start is None:
+            return  # nothing used yet; this store never loses what it counts
         usage = self._users.setdefault(user, _Usage())
         # The lifetime total only grows, so it tells which copy is newer.
         if usage.start is not None and usage.lifetime >= lifetime_tokens:

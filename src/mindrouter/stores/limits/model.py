@@ -66,6 +66,17 @@ class Ticket:
     origin: Literal["memory", "redis"]
 
 
+@dataclass(frozen=True)
+class Activity:
+    """What the durable audit trail says a user has going on, as of `now`: the admission times
+    of the last minute and the requests still in flight. A store that lost its counters (Redis
+    restarted empty) rebuilds the per-minute window and the in-flight count from it."""
+
+    now: float
+    admissions: tuple[float, ...] = ()
+    in_flight: int = 0
+
+
 @dataclass
 class UsageSnapshot:
     """A user's counters as of `as_of`; the first five fields are what the database keeps."""
@@ -100,9 +111,18 @@ class LimitStore(Protocol):
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot: ...
 
     async def seed(
-        self, user: str, period_start: float, period_tokens: int, lifetime_tokens: int
+        self,
+        user: str,
+        period_start: float | None,
+        period_tokens: int,
+        lifetime_tokens: int,
+        activity: Activity | None = None,
     ) -> None:
-        """Loads persisted usage unless the store already holds newer numbers for the user."""
+        """Loads persisted usage unless the store already holds newer numbers for the user
+        (`period_start` None: the user has none yet); admit() raises UsageNotLoaded until a
+        store that can lose its data has been seeded for the user. A store seeded for the first
+        time since it lost its data also takes `activity`: the window entries, and leases (of
+        no tokens, for one lease length) for the requests in flight."""
         ...
 
     async def dirty(self) -> list[UsageSnapshot]:
@@ -114,6 +134,11 @@ class LimitStore(Protocol):
 
 class LimitStoreUnavailable(Overloaded):
     """The shared counter store cannot be reached; limits cannot be enforced exactly."""
+
+
+class UsageNotLoaded(Overloaded):
+    """The shared counter store holds no usage for the user (it lost its data): load the
+    user's usage from the database with seed(), then admit again."""
 
 
 def roll_period(

@@ -20,9 +20,10 @@ behind Sentinel): the scripts also touch the shared `dirty` set, which Redis Clu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Awaitable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, cast
 from uuid import uuid4
 
@@ -35,9 +36,11 @@ from mindrouter.stores.limits.model import (
     BUSY_RETRY_SECONDS,
     DEFAULT_LEASE_SECONDS,
     WINDOW_SECONDS,
+    Activity,
     Limits,
     LimitStoreUnavailable,
     Ticket,
+    UsageNotLoaded,
     UsageSnapshot,
     rate_limited,
     validate_tokens,
@@ -48,8 +51,8 @@ from mindrouter.stores.redis_client import short_timeout_client, text_of
 _TTL_SLACK_MS = 60_000
 
 
-@contextmanager
-def _unavailable_on_redis_errors() -> Iterator[None]:
+@asynccontextmanager
+async def _unavailable_on_redis_errors(client: Redis) -> AsyncIterator[None]:
     try:
         yield
     except redis_errors.MaxConnectionsError as exc:
@@ -57,6 +60,10 @@ def _unavailable_on_redis_errors() -> Iterator[None]:
         # this must not trip the unavailability policy.
         raise Overloaded(f"rate limiting is busy (Redis client pool: {exc})") from exc
     except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+        # After a Redis restart every idle pooled connection is dead, and each would fail one
+        # request in turn: drop them all, so that the next calls connect afresh.
+        with contextlib.suppress(Exception):
+            await client.connection_pool.disconnect(inuse_connections=False)
         raise LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})") from exc
 
 
@@ -158,9 +165,13 @@ class RedisLimitStore:
             self._window_ttl_ms,
             self._lease_ttl_ms,
         ]
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             reply = await self._admit.run(
                 self._client, [*self._user_keys(user), self._dirty_key], args
+            )
+        if int(reply[0]) == 2:
+            raise UsageNotLoaded(
+                "rate limiting is reloading this user's usage after Redis lost it; retry"
             )
         if int(reply[0]) != 1:
             reason, wait, used, reserved, in_flight = (text_of(v) for v in reply[1:6])
@@ -195,7 +206,7 @@ class RedisLimitStore:
             _num(ticket.period_start),
             ticket.user,
         ]
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             await self._settle.run(self._client, [usage, leases, tokens, self._dirty_key], args)
 
     async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
@@ -205,29 +216,47 @@ class RedisLimitStore:
         if not by_user:
             return
         head: list[str | int] = [_num(now), _num(now + self._lease_seconds), self._lease_ttl_ms]
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             for user, ids in by_user.items():
                 _usage, _window, leases, tokens = self._user_keys(user)
                 await self._renew.run(self._client, [leases, tokens], [*head, *ids])
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
         args = [_num(now), _num(limits.period_seconds), _num(WINDOW_SECONDS)]
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             reply = await self._snapshot.run(self._client, self._user_keys(user), args)
         return _parse_snapshot(user, reply) or UsageSnapshot(user, now, 0, 0, 0, 0, 0, as_of=now)
 
     async def seed(
-        self, user: str, period_start: float, period_tokens: int, lifetime_tokens: int
+        self,
+        user: str,
+        period_start: float | None,
+        period_tokens: int,
+        lifetime_tokens: int,
+        activity: Activity | None = None,
     ) -> None:
         validate_tokens("period_tokens", period_tokens)
         validate_tokens("lifetime_tokens", lifetime_tokens)
-        args: list[str | int] = [_num(period_start), period_tokens, lifetime_tokens]
-        with _unavailable_on_redis_errors():
-            await self._seed.run(self._client, self._user_keys(user)[:1], args)
+        start = "" if period_start is None else _num(period_start)
+        now = activity.now if activity is not None else 0.0
+        admissions = activity.admissions if activity is not None else ()
+        in_flight = activity.in_flight if activity is not None else 0
+        args: list[str | int] = [
+            start,
+            period_tokens,
+            lifetime_tokens,
+            _num(now + self._lease_seconds),
+            self._window_ttl_ms,
+            self._lease_ttl_ms,
+            in_flight,
+            *(_num(t) for t in admissions),
+        ]
+        async with _unavailable_on_redis_errors(self._client):
+            await self._seed.run(self._client, self._user_keys(user), args)
 
     async def dirty(self) -> list[UsageSnapshot]:
         """Pops the shared dirty set: with several replicas, each change is reported by one."""
-        with _unavailable_on_redis_errors():
+        async with _unavailable_on_redis_errors(self._client):
             while batch := await _await(self._client.spop(self._dirty_key, 1000)):
                 self._unreported.update(text_of(user) for user in batch)
             users = sorted(self._unreported)

@@ -25,6 +25,7 @@ from uuid import uuid4
 
 from mindrouter.stores.limits.memory import MemoryLimitStore
 from mindrouter.stores.limits.model import (
+    Activity,
     Limits,
     LimitStore,
     LimitStoreUnavailable,
@@ -126,14 +127,21 @@ class ResilientLimitStore:
         )
 
     async def seed(
-        self, user: str, period_start: float, period_tokens: int, lifetime_tokens: int
+        self,
+        user: str,
+        period_start: float | None,
+        period_tokens: int,
+        lifetime_tokens: int,
+        activity: Activity | None = None,
     ) -> None:
         # The local copy too, so that failing open starts from the persisted usage, not zero.
         await self._fallback.seed(user, period_start, period_tokens, lifetime_tokens)
         await self._either(
             "seed",
             None,
-            lambda: self._primary.seed(user, period_start, period_tokens, lifetime_tokens),
+            lambda: self._primary.seed(
+                user, period_start, period_tokens, lifetime_tokens, activity
+            ),
             _nothing,
         )
 

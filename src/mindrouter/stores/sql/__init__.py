@@ -7,6 +7,7 @@ schema        the tables; columns: portable column types
 directory     groups and users           keys       API keys and the auth lookups
 catalog       backends and models         usage      period and lifetime token counters
 audit_writer  group-committed audit       audit_log  audit queries and retention
+audit_close   closing records + charging  instances  heartbeats, checkpoints, the sweeper
 config_sync   apply_config: the YAML's groups/users/backends/models, upserted at start
 epoch         the auth epoch counter      transactions  error translation, utcnow
 """

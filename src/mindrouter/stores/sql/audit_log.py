@@ -23,7 +23,7 @@ MAX_LIMIT = 1000
 PURGE_BATCH = 2000
 
 
-def _entry(row: AnyRow) -> AuditEntry:
+def audit_entry(row: AnyRow) -> AuditEntry:
     return AuditEntry(
         id=row.id,
         uuid=row.uuid,
@@ -74,7 +74,7 @@ class SqlAuditLog:
             row = (
                 await conn.execute(select(audit_records).where(audit_records.c.uuid == uuid))
             ).first()
-        return None if row is None else _entry(row)
+        return None if row is None else audit_entry(row)
 
     async def query(self, where: AuditFilter) -> list[AuditEntry]:
         """Newest first. `user` matches the name recorded at the time or the id of the user who
@@ -100,7 +100,7 @@ class SqlAuditLog:
             if where.until is not None:
                 query = query.where(t.created_at < where.until)
             rows = await conn.execute(query.limit(where.limit))
-            return [_entry(r) for r in rows]
+            return [audit_entry(r) for r in rows]
 
     async def purge_audit(
         self, older_than_days: int, *, now: datetime | None = None, batch: int = PURGE_BATCH

@@ -1,12 +1,13 @@
 """The audit writer's own asyncpg connection on PostgreSQL: the request path's one SQL statement.
 
-Every request writes its audit record before any GPU work and its outcome after, so these two
-statements are the gateway's most frequent database work. Through SQLAlchemy a one-row
-transaction costs about 1.2–1.5 ms of CPU on the 2-core benchmark machine (statement compilation
-and caching, the execution context, the greenlet bridge, the pool and its ping); the same
-transaction straight on asyncpg about 0.4–0.5 ms. Per request of the governed benchmark profile
-that is 1.3 ms of CPU less and a median 5 ms shorter (`python -m bench.overhead.profile
---compare default,sqlalchemy-audit`, bench/results/overhead-variants-governed.md). The writer
+Every request writes its audit record before any GPU work, and waits for that commit, so the
+insert is the gateway's most latency-critical database work. (The outcome is written later, in
+batches, through SQLAlchemy: it charges the usage in the same transaction, `audit_close.py`.)
+Through SQLAlchemy a one-row transaction costs about 1.2–1.5 ms of CPU on the 2-core benchmark
+machine (statement compilation and caching, the execution context, the greenlet bridge, the pool
+and its ping); the same transaction straight on asyncpg about 0.4–0.5 ms (measured when both
+statements went this way: `python -m bench.overhead.profile --compare
+default,sqlalchemy-audit`, bench/results/overhead-variants-governed.md). The writer
 runs one transaction at a time, so one connection is all it needs, and no pool ping either: a
 connection the server dropped fails its batch, which is sent once more on a new connection.
 
@@ -59,19 +60,7 @@ INSERT_COLUMNS = (
     "status",
     "attempts",
     "purged",
-)
-OUTCOME_COLUMNS = (
-    "status",
-    "output",
-    "input_tokens",
-    "output_tokens",
-    "error_message",
-    "backend",
-    "attempts",
-    "queued_ms",
-    "first_token_ms",
-    "total_ms",
-    "completed_at",
+    "instance_id",
 )
 # ON CONFLICT: a batch whose COMMIT was lost with the connection may have been applied; sent
 # again, its rows must not fail on their unique uuid.
@@ -79,11 +68,6 @@ _INSERT = (
     f"INSERT INTO audit_records ({', '.join(INSERT_COLUMNS)}) "
     f"VALUES ({', '.join(f'${i + 1}' for i in range(len(INSERT_COLUMNS)))}) "
     "ON CONFLICT (uuid) DO NOTHING"
-)
-_COMPLETE = (
-    "UPDATE audit_records SET "
-    + ", ".join(f"{c} = ${i + 2}" for i, c in enumerate(OUTCOME_COLUMNS))
-    + " WHERE uuid = $1"
 )
 
 
@@ -130,11 +114,6 @@ def insert_args(row: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(values)
 
 
-def outcome_args(row: dict[str, Any]) -> tuple[Any, ...]:
-    """From the writer's bound-parameter dict (`b_`-prefixed names)."""
-    return (row["b_uuid"], *(_stored(row[f"b_{c}"]) for c in OUTCOME_COLUMNS))
-
-
 class PgAuditConnection:
     def __init__(
         self,
@@ -154,9 +133,6 @@ class PgAuditConnection:
 
     async def insert(self, rows: Sequence[dict[str, Any]]) -> None:
         await self._run(_INSERT, [insert_args(r) for r in rows])
-
-    async def complete(self, rows: Sequence[dict[str, Any]]) -> None:
-        await self._run(_COMPLETE, [outcome_args(r) for r in rows])
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -8,7 +8,10 @@ transactions, not N. No transaction is held open while requests run.
 
 `complete(uuid, outcome)` only queues; completions are written in batches by the same single
 drain task, always after the begins queued before them (a completion can never overtake the
-insert it updates). Nobody waits for a completion, so they are gathered for up to
+insert it updates). A completion batch charges the records' tokens to their users' usage in the
+same transaction (`audit_close.py`), so what a finished request used is in the database as soon
+as its record is closed, and a record a sweeper closed first is neither overwritten nor charged
+again. Nobody waits for a completion, so they are gathered for up to
 `complete_delay` (50 ms) after the oldest was queued, or until `max_batch` are queued, and go as
 one transaction; a begin never waits for that pause. `flush()` and `close()` write everything
 queued at once.
@@ -22,24 +25,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Executable, bindparam, insert, update
+from sqlalchemy import insert
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as SqlTimeoutError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from mindrouter.errors import InternalError
 from mindrouter.observability.logging import log
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
-from mindrouter.stores.sql.audit_pg import OUTCOME_COLUMNS, AuditRowsRejected, PgAuditConnection
+from mindrouter.stores.sql.audit_close import close_records
+from mindrouter.stores.sql.audit_pg import AuditRowsRejected, PgAuditConnection
 from mindrouter.stores.sql.schema import audit_records
 from mindrouter.stores.sql.transactions import DATABASE_ERRORS
 
 MAX_BATCH = 500
 COMPLETE_DELAY = 0.05
 COMPLETE_RETRIES = 5
+MAX_RETRY_PAUSE = 5.0
 _ERROR_TEXT_LIMIT = 8_000
 # A record the driver cannot serialise fails with TypeError / ValueError, before any SQL runs.
 WRITE_ERRORS: tuple[type[Exception], ...] = (
@@ -87,6 +93,7 @@ def start_values(record: AuditStart) -> dict[str, Any]:
         "status": "pending",
         "attempts": 0,
         "purged": False,
+        "instance_id": record.instance_id,
     }
 
 
@@ -105,14 +112,8 @@ def outcome_values(uuid: str, outcome: AuditOutcome) -> dict[str, Any]:
         "b_first_token_ms": outcome.first_token_ms,
         "b_total_ms": outcome.total_ms,
         "b_completed_at": outcome.completed_at,
+        "b_period_start": outcome.period_start,
     }
-
-
-_COMPLETE = (
-    update(audit_records)
-    .where(audit_records.c.uuid == bindparam("b_uuid"))
-    .values({name: bindparam(f"b_{name}") for name in OUTCOME_COLUMNS})
-)
 
 
 def _unreachable(exc: BaseException | None) -> bool:
@@ -239,7 +240,11 @@ class AuditWriter:
             if self.pg is not None:
                 await self.pg.insert(rows)
             else:
-                await self._execute(insert(audit_records), rows)
+
+                async def write(conn: AsyncConnection) -> None:
+                    await conn.execute(insert(audit_records), rows)
+
+                await self._transaction(write)
         except WRITE_ERRORS as exc:
             log.error("audit records could not be written", error=str(exc), records=len(rows))
             failure = InternalError("the audit record could not be written")
@@ -250,10 +255,10 @@ class AuditWriter:
         return None
 
     async def _update(self, batch: list[dict[str, Any]]) -> None:
-        if self.pg is not None:
-            await self.pg.complete(batch)
-        else:
-            await self._execute(_COMPLETE, batch)
+        async def write(conn: AsyncConnection) -> None:
+            await close_records(conn, batch)
+
+        await self._transaction(write)
 
     async def _complete_one_by_one(self, batch: list[dict[str, Any]]) -> None:
         for row in batch:
@@ -265,17 +270,17 @@ class AuditWriter:
             self.stats.complete_batches += 1
             self.stats.completed += 1
 
-    async def _execute(self, statement: Executable, rows: list[dict[str, Any]]) -> None:
+    async def _transaction(self, work: Callable[[AsyncConnection], Awaitable[None]]) -> None:
         """One transaction; again on a fresh connection if the pooled one had been dropped."""
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(statement, rows)
+                await work(conn)
         except DBAPIError as exc:
             if not exc.connection_invalidated:
                 raise
             log.info("database connection was dropped; writing the audit batch again")
             async with self.engine.begin() as conn:
-                await conn.execute(statement, rows)
+                await work(conn)
 
     @staticmethod
     def _settle(future: asyncio.Future[None], failure: Exception | None) -> None:
@@ -298,7 +303,12 @@ class AuditWriter:
                 await self._complete_one_by_one(batch)
                 return
             self._complete_failures += 1
-            if self._complete_failures >= COMPLETE_RETRIES:
+            # While the database is out of reach the outcomes wait (they carry the usage
+            # charge); at close, or for a batch the database itself refuses, they are given
+            # up after a few tries: the records stay `pending`, and once this process's
+            # heartbeat lapses a sweeper closes them with their last checkpoint.
+            waiting = _unreachable(exc) and not self._closed
+            if self._complete_failures >= COMPLETE_RETRIES and not waiting:
                 log.error("audit outcomes dropped", error=str(exc), records=len(batch))
                 self._complete_failures = 0
                 return
@@ -306,8 +316,9 @@ class AuditWriter:
             self._completions[:0] = batch
             # Back off, but a begin arriving meanwhile is written at once.
             self._wake.clear()
+            pause = min(0.1 * 2 ** min(self._complete_failures, 6), MAX_RETRY_PAUSE)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 0.1 * 2**self._complete_failures)
+                await asyncio.wait_for(self._wake.wait(), pause)
             return
         self._complete_failures = 0
         self.stats.complete_batches += 1

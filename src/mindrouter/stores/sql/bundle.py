@@ -13,14 +13,17 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from mindrouter.identity.keys import KeyHasher
+from mindrouter.stores.sql.accounts import SqlAccounts
 from mindrouter.stores.sql.audit_log import SqlAuditLog
 from mindrouter.stores.sql.audit_pg import PgAuditConnection
 from mindrouter.stores.sql.audit_writer import AuditWriter
 from mindrouter.stores.sql.catalog import SqlCatalog
 from mindrouter.stores.sql.directory import SqlDirectory
 from mindrouter.stores.sql.engine import PoolSettings, create_engine
+from mindrouter.stores.sql.instances import SqlInstances
 from mindrouter.stores.sql.keys import SqlKeyStore
 from mindrouter.stores.sql.migrate import ensure_migrated
+from mindrouter.stores.sql.reports import SqlReports
 from mindrouter.stores.sql.usage import SqlUsageStore
 
 # The audit writer runs one transaction at a time (the begins' group commit, then completions).
@@ -36,6 +39,9 @@ class SqlStores:
     audit: AuditWriter  # the AuditSink: begin / complete
     audit_log: SqlAuditLog  # audit queries and retention
     usage: SqlUsageStore  # the UsageLedger
+    accounts: SqlAccounts  # console sign-in: passwords, OIDC subjects, the console's admins
+    reports: SqlReports  # usage summaries for the console and the CSV export
+    instances: SqlInstances  # heartbeats, checkpoints and the sweeper
 
     audit_engine: AsyncEngine | None = None  # the audit writer's own pool, when it has one
 
@@ -56,6 +62,9 @@ class SqlStores:
             audit=AuditWriter(audit_engine or engine, pg=audit_pg),
             audit_log=SqlAuditLog(engine),
             usage=SqlUsageStore(engine),
+            accounts=SqlAccounts(engine),
+            reports=SqlReports(engine),
+            instances=SqlInstances(engine),
             audit_engine=audit_engine,
         )
 

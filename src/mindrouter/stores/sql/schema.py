@@ -14,6 +14,7 @@ from sqlalchemy import (
     Column,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -156,6 +157,23 @@ audit_records = Table(
     Column("total_ms", Float, nullable=True),
     Column("completed_at", UtcDateTime, nullable=True),
     Column("purged", Boolean, nullable=False),
+    # The gateway process that wrote it (`instances.id`); NULL for records older than 0003.
+    Column("instance_id", token_type(32), nullable=True),
+    # A sweeper looks up the records still `pending` of one dead process.
+    Index("ix_audit_records_instance_status", "instance_id", "status"),
+)
+
+# One row per running gateway process, its heartbeat renewed every `heartbeat_s`; a row whose
+# heartbeat is older than `instance_stale_s` belongs to a process that died (or stopped), and
+# any other process closes its `pending` audit records, then deletes the row.
+instances = Table(
+    "instances",
+    metadata,
+    Column("id", token_type(32), primary_key=True),
+    Column("host", String(200), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("heartbeat_at", UtcDateTime, nullable=False),
 )
 
 usage = Table(
@@ -192,4 +210,17 @@ auth_epoch = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=False),
     Column("epoch", BigInteger, nullable=False),
+)
+
+# How a user signs in to the web console: a local password (Argon2), or an OpenID Connect
+# subject (issuer and `sub`, which the provider never reassigns), and whether the console
+# treats them as an administrator. Users without a row here use the API with keys only.
+console_accounts = Table(
+    "console_accounts",
+    metadata,
+    Column("user_id", Integer, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+    Column("password_hash", String(255), nullable=True),
+    Column("oidc_subject", String(500), nullable=True, unique=True),
+    Column("is_admin", Boolean, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
 )

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from mindrouter.errors import InternalError, InvalidRequest, NotFound
 from mindrouter.observability.logging import log
 from mindrouter.stores.records import UsageCounters
-from mindrouter.stores.sql.schema import groups, usage, users
+from mindrouter.stores.sql.schema import audit_records, groups, usage, users
 from mindrouter.stores.sql.transactions import DATABASE_ERRORS, UNAVAILABLE, AnyRow, reading, utcnow
 
 MAX_ATTEMPTS = 10
@@ -84,7 +84,7 @@ async def charge_usage(
     update cannot interleave with another writer's; on SQLite the update is conditional on the
     period start read (compare-and-set) and read again if another writer moved it.
     """
-    days = (await conn.execute(_DAYS.where(users.c.id == user_id))).scalar()
+    days = await period_days(conn, user_id)
     if days is None:
         return False
     locked = select(usage.c.period_start).where(usage.c.user_id == user_id).with_for_update()
@@ -133,6 +133,12 @@ _DAYS = (
 )
 
 
+async def period_days(conn: AsyncConnection, user_id: int) -> int | None:
+    """The length of the user's budget periods in days; None when the user no longer exists."""
+    days = (await conn.execute(_DAYS.where(users.c.id == user_id))).scalar()
+    return None if days is None else int(days)
+
+
 def _insert_if_missing(dialect: str) -> Insert:
     if dialect == "postgresql":
         return pg_insert(usage).on_conflict_do_nothing(index_elements=[usage.c.user_id])
@@ -149,6 +155,26 @@ class SqlUsageStore:
         async with reading(self.engine) as conn:
             row = await _state(conn, user_id)
         return _counters(user_id, row.days, row, now or utcnow())
+
+    async def recent_activity(self, user_id: int, now: datetime) -> tuple[list[datetime], int]:
+        """The admission times of the user's audit records of the last minute, and how many of
+        their records are still `pending` (requests in flight)."""
+        since = now - timedelta(seconds=60)
+        async with reading(self.engine) as conn:
+            recent = await conn.execute(
+                select(audit_records.c.created_at).where(
+                    audit_records.c.user_id == user_id, audit_records.c.created_at > since
+                )
+            )
+            times = [t for (t,) in recent]
+            pending = await conn.execute(
+                select(func.count()).where(
+                    audit_records.c.user_id == user_id,
+                    audit_records.c.status == "pending",
+                    audit_records.c.created_at > now - timedelta(days=1),
+                )
+            )
+            return times, int(pending.scalar_one())
 
     async def add_usage(
         self, user_id: int, tokens: int, now: datetime, period_start: datetime | None = None

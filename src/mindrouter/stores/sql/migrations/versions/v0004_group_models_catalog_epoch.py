@@ -4,7 +4,7 @@
 bumped with every change to backends, models or groups, so each gateway process re-reads its
 routing catalog within a second.
 
-Revision: 0004, after 0002 (0003 is left to another change).
+Revision: 0004, after 0003.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0004"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

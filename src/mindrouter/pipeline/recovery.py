@@ -1,0 +1,133 @@
+"""This process's instance in the database: its heartbeat, the checkpoints of its requests in
+flight, and the sweep that closes what a dead process left open.
+
+Every `heartbeat_s` (one housekeeping chore) the process renews its heartbeat and, in the same
+transaction, writes into each of its `pending` audit records the tokens that request has
+produced so far (the engine's usage when it has arrived, else the input estimate plus one token
+per output chunk relayed: what the request would be charged if it ended now). Then it sweeps:
+the `pending` records of every process whose heartbeat is older than `instance_stale_s` are
+closed as `interrupted` and charged the tokens of their last checkpoint, exactly once, and those
+tokens are passed on to the limit counters too, so the budget sees them on every replica.
+
+A process killed mid-stream therefore has its records closed at most `instance_stale_s` plus
+one `heartbeat_s` after its last heartbeat (20 s with the defaults, under 25 s from the kill
+with a sweep taking a few seconds at most); what it relayed after its last checkpoint, at most
+`heartbeat_s` worth of output, is not charged. The same process restarted registers a new
+instance and sweeps its old one like any other.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Protocol
+from uuid import uuid4
+
+from mindrouter.canonical import Usage
+from mindrouter.observability.logging import log
+from mindrouter.pipeline.usage_sync import limit_key
+from mindrouter.stores.limits import LimitStore, Ticket
+from mindrouter.stores.limits.model import DAY_SECONDS
+from mindrouter.stores.sql.audit_close import Charge
+from mindrouter.stores.sql.instances import Checkpoint, SweepResult
+
+
+class InstanceLedger(Protocol):
+    async def register(self, instance_id: str, host: str, pid: int, now: datetime) -> None: ...
+
+    async def heartbeat(
+        self,
+        instance_id: str,
+        host: str,
+        pid: int,
+        now: datetime,
+        checkpoints: list[Checkpoint],
+    ) -> None: ...
+
+    async def retire(self, instance_id: str) -> None: ...
+
+    async def sweep(self, now: datetime, stale_s: float) -> SweepResult: ...
+
+
+class Recovery:
+    def __init__(
+        self,
+        ledger: InstanceLedger,
+        limits: LimitStore,
+        *,
+        stale_s: float,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._ledger = ledger
+        self._limits = limits
+        self.stale_s = stale_s
+        self._wall = wall
+        self.instance_id = uuid4().hex
+        self._host = socket.gethostname()
+        self._pid = os.getpid()
+        self._flights: dict[str, Callable[[], Usage | None]] = {}  # audit uuid -> used so far
+        self.swept = 0  # records this process closed for dead ones
+
+    def track(self, audit_uuid: str, used: Callable[[], Usage | None]) -> None:
+        self._flights[audit_uuid] = used
+
+    def untrack(self, audit_uuid: str) -> None:
+        self._flights.pop(audit_uuid, None)
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self._wall(), UTC)
+
+    async def start(self) -> None:
+        await self._ledger.register(self.instance_id, self._host, self._pid, self._now())
+        log.info("instance registered", instance=self.instance_id)
+
+    async def stop(self) -> None:
+        await self._ledger.retire(self.instance_id)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        points = []
+        for audit_uuid, used in list(self._flights.items()):
+            usage = used()
+            if usage is not None:
+                points.append(Checkpoint(audit_uuid, usage.input_tokens, usage.output_tokens))
+        return points
+
+    async def tick(self) -> int:
+        """One heartbeat with checkpoints, then one sweep; returns the records swept."""
+        await self._ledger.heartbeat(
+            self.instance_id, self._host, self._pid, self._now(), self.checkpoints()
+        )
+        result = await self._ledger.sweep(self._now(), self.stale_s)
+        if result.closed:
+            self.swept += result.closed
+            log.warning(
+                "audit records of a dead gateway process closed",
+                instances=result.instances,
+                records=result.closed,
+                tokens=sum(c.tokens for c in result.charges),
+            )
+        for charge in result.charges:
+            await self._count(charge)
+        return result.closed
+
+    async def _count(self, charge: Charge) -> None:
+        """The swept tokens, added to the limit counters (no lease of ours to release)."""
+        at = charge.at.timestamp()
+        start = (charge.period_start or charge.at).timestamp()
+        ticket = Ticket(
+            user=limit_key(charge.user_id),
+            reserved_tokens=0,
+            period_start=start,
+            lease_id=f"swept-{uuid4().hex}",
+            admitted_at=at,
+            lease_expires=at,
+            period_seconds=charge.period_days * DAY_SECONDS,
+            origin="redis",
+        )
+        try:
+            await self._limits.settle(ticket, charge.tokens, at)
+        except Exception as exc:
+            log.warning("swept tokens not counted in the limits", error=str(exc))

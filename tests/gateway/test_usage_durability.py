@@ -1,0 +1,168 @@
+"""Usage is durable however a gateway ends, and budgets survive Redis losing its data.
+
+- Without Redis, a gateway killed (SIGKILL) right after its requests finished has already
+  charged their tokens to the database: they are charged when the audit record is closed, in
+  the same transaction, so the restarted gateway sees the user's whole usage.
+- A Redis restarted empty (its own redis-server here, on another port) no longer holds the
+  `seeded` marker of any user: the next admission reloads the user's usage from the database
+  before deciding, so a user at their budget stays refused (and the last minute of admissions
+  is restored from the audit trail).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from sqlalchemy import select
+
+from mindrouter.serving import ThreadServer
+from mindrouter.stores.sql.schema import audit_records
+from tests.gateway.databases import fresh_database, stores_at
+from tests.gateway.own_redis import OwnRedis
+from tests.gateway.procs import (
+    GatewayProcess,
+    bearer,
+    chat_body,
+    cli,
+    gateway_config,
+    http,
+    sim_app,
+    start_rig,
+    write_config,
+)
+from tests.stores.conftest import run_in_thread
+
+BUDGET = 200
+
+
+async def _key(url: str) -> tuple[str, int]:
+    async with stores_at(url) as stores:
+        created = await stores.keys.create_key("u")
+        return created.key, (await stores.directory.get_user("u")).id
+
+
+async def _pending(url: str) -> int:
+    async with stores_at(url) as stores, stores.engine.connect() as conn:
+        rows = (await conn.execute(select(audit_records.c.status))).scalars().all()
+    return sum(1 for status in rows if status == "pending")
+
+
+async def _charged(url: str, user_id: int) -> tuple[int, int]:
+    """The user's lifetime usage and the tokens of their closed records."""
+    async with stores_at(url) as stores:
+        lifetime = (await stores.usage.get_usage(user_id)).lifetime_tokens
+        async with stores.engine.connect() as conn:
+            rows = (await conn.execute(select(audit_records))).all()
+    assert all(r.status == "ok" for r in rows)
+    return lifetime, sum((r.input_tokens or 0) + (r.output_tokens or 0) for r in rows)
+
+
+def _usage(url: str, key: str) -> dict[str, Any]:
+    answer = http.get(url + "/v1/usage", headers=bearer(key))
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+def test_a_killed_gateway_without_redis_has_charged_what_it_served(tmp_path: Path) -> None:
+    sim = ThreadServer(sim_app(default_tokens=7)).start()
+    try:
+        with fresh_database("sqlite", tmp_path, migrated=False) as url:
+            config = write_config(
+                tmp_path / "mindrouter.yaml",
+                gateway_config(
+                    sim.url, url, groups=[{"name": "g"}], users=[{"name": "u", "group": "g"}]
+                ),
+            )
+            cli("migrate", "--config", str(config))
+            gateway = GatewayProcess(config, tmp_path / "a.log").start()
+            try:
+                gateway.wait_ready()
+                key, user_id = run_in_thread(_key(url))
+                for _ in range(6):
+                    body = chat_body("openai", stream=False, max_tokens=7)
+                    answer = http.post(
+                        gateway.url + "/v1/chat/completions", json=body, headers=bearer(key)
+                    )
+                    assert answer.status_code == 200, answer.text
+                used = _usage(gateway.url, key)["period_tokens"]
+                # Killed with no chance to flush anything, once the records are closed (the
+                # writer gathers outcomes for 50 ms; a kill inside that window leaves the
+                # record to the sweeper).
+                for _ in range(100):  # bounded
+                    if run_in_thread(_pending(url)) == 0:
+                        break
+                assert gateway._proc is not None
+                gateway._proc.send_signal(signal.SIGKILL)
+                gateway._proc.wait(10)
+                lifetime, recorded = run_in_thread(_charged(url, user_id))
+                assert lifetime == recorded == used > 0
+
+                again = GatewayProcess(config, tmp_path / "b.log").start()
+                try:
+                    again.wait_ready()
+                    assert _usage(again.url, key)["period_tokens"] == used
+                finally:
+                    again.stop()
+            finally:
+                gateway.stop()
+    finally:
+        sim.stop()
+
+
+def test_redis_restarted_empty_reloads_the_budget_from_the_database(tmp_path: Path) -> None:
+    own = OwnRedis(tmp_path / "redis").start()
+    try:
+        with fresh_database("postgresql", tmp_path) as url:
+            rig = start_rig(
+                url,
+                groups=[{"name": "g", "token_budget": BUDGET}],
+                users=[{"name": "u", "group": "g"}],
+                redis_url=own.url,
+            )
+            try:
+                key, user_id = run_in_thread(_key(url))
+                body = chat_body("openai", stream=False, max_tokens=20)
+                statuses = []
+                for _ in range(40):  # bounded: the budget runs out long before
+                    answer = http.post(
+                        rig.url + "/v1/chat/completions", json=body, headers=bearer(key)
+                    )
+                    statuses.append(answer.status_code)
+                    if answer.status_code == 429:
+                        assert "budget" in answer.text.lower(), answer.text
+                        break
+                assert statuses[-1] == 429 and statuses.count(200) >= 2
+                used = _usage(rig.url, key)["period_tokens"]
+
+                own.restart_empty()
+
+                refused = None
+                for _ in range(100):  # the first calls may meet the dropped connections
+                    answer = http.post(
+                        rig.url + "/v1/chat/completions", json=body, headers=bearer(key)
+                    )
+                    assert answer.status_code in (429, 503), answer.text
+                    if answer.status_code == 429:
+                        refused = answer
+                        break
+                    time.sleep(0.1)  # the store is retried a second after a failure
+                assert refused is not None and "budget" in refused.text.lower(), refused
+                assert rig.app.state.runtime.usage.reloads >= 1
+                # With the usage came the last minute's admissions, from the audit trail, so the
+                # per-minute limit does not start again from zero either.
+                client = redis.Redis.from_url(own.url)
+                window = client.zcard(f"mr:limits:window:user:{user_id}")
+                client.close()
+                assert window >= statuses.count(200)
+                assert _usage(rig.url, key)["period_tokens"] == used
+                lifetime, recorded = run_in_thread(_charged(url, user_id))
+                assert lifetime == recorded == used
+            finally:
+                rig.close()
+    finally:
+        own.stop()
