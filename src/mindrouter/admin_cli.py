@@ -10,17 +10,26 @@ non-zero code: 2 for a bad configuration, 1 for anything else.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from mindrouter.backends.base import ENGINES
-from mindrouter.errors import InvalidRequest, MindRouterError
+from mindrouter.cli_support import (
+    add_switch,
+    add_verb,
+    as_cell,
+    given_options,
+    noun_verbs,
+    print_table,
+    run_command,
+    with_config,
+)
+from mindrouter.errors import InvalidRequest
 from mindrouter.identity.passwords import Passwords, password_problem
-from mindrouter.settings import ConfigError, load_settings
+from mindrouter.settings import load_settings
 from mindrouter.stores.records import (
     BackendChanges,
     BackendModelRow,
@@ -30,74 +39,14 @@ from mindrouter.stores.records import (
     UserChanges,
 )
 from mindrouter.stores.sql import (
-    DatabaseNotMigrated,
-    DatabaseUnavailable,
-    MigrationFailed,
     SqlStores,
     apply_config,
-    open_stores,
 )
 from mindrouter.stores.sql.migrate import schema_state, upgrade
 
-Action = Callable[[SqlStores, argparse.Namespace], Awaitable[None]]
 if TYPE_CHECKING:
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+    from mindrouter.cli_support import Subparsers
 LIMITS = ("token_budget", "rpm", "max_concurrent", "budget_period_days")
-
-
-def _fail(message: str, code: int = 1) -> int:
-    print(f"mindrouter: {message}", file=sys.stderr)
-    return code
-
-
-def _config_error(exc: ConfigError) -> int:
-    print(exc.report("mindrouter: configuration error: "), file=sys.stderr)
-    return 2
-
-
-def _command(action: Action, *, migrating: bool = False) -> Callable[[argparse.Namespace], int]:
-    def run(ns: argparse.Namespace) -> int:
-        try:
-            settings = load_settings(ns.config)
-        except ConfigError as exc:
-            return _config_error(exc)
-        return asyncio.run(_execute(settings.database_url, ns, action, migrating))
-
-    return run
-
-
-async def _execute(url: str, ns: argparse.Namespace, action: Action, migrating: bool) -> int:
-    stores = open_stores(url)
-    try:
-        if not migrating:
-            await stores.ensure_migrated(ns.config)
-        await action(stores, ns)
-    except (DatabaseNotMigrated, DatabaseUnavailable, MigrationFailed) as exc:
-        return _fail(str(exc))
-    except ConfigError as exc:
-        return _config_error(exc)
-    except MindRouterError as exc:
-        return _fail(exc.message)
-    finally:
-        await stores.aclose()
-    return 0
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
-    for row in [list(headers), *cells]:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M")
-    return str(value)
 
 
 def _or_inherit(kind: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -111,11 +60,6 @@ def _or_inherit(kind: Callable[[str], Any]) -> Callable[[str], Any]:
 def _limits(limits: GroupLimits | LimitOverrides) -> str:
     shown = {f: getattr(limits, f) for f in ("scheduler_weight", *LIMITS)}
     return " ".join(f"{f}={v}" for f, v in shown.items() if v is not None) or "-"
-
-
-def _given(ns: argparse.Namespace, fields: Sequence[str]) -> dict[str, Any]:
-    """The options given on the command line: the others default to SUPPRESS, i.e. absent."""
-    return {f: getattr(ns, f) for f in fields if hasattr(ns, f)}
 
 
 # -- migrate ---------------------------------------------------------------------------------
@@ -145,7 +89,7 @@ async def _keys_create(stores: SqlStores, ns: argparse.Namespace) -> None:
     )
     info = created.info
     kind = "admin key" if info.is_admin else "key"
-    until = f", expires {_cell(info.expires_at)} UTC" if info.expires_at else ""
+    until = f", expires {as_cell(info.expires_at)} UTC" if info.expires_at else ""
     print(f"created {kind} {info.prefix} (id {info.id}) for {info.user}{until}")
     print("store it now: it is shown only this once")
     print(created.key)
@@ -163,7 +107,9 @@ async def _keys_list(stores: SqlStores, ns: argparse.Namespace) -> None:
         "last_used_at",
     )
     rows = [[getattr(k, f) for f in fields] for k in await stores.keys.list_keys(ns.user)]
-    _table(("ID", "PREFIX", "USER", "ADMIN", "CREATED", "EXPIRES", "REVOKED", "LAST USED"), rows)
+    print_table(
+        ("ID", "PREFIX", "USER", "ADMIN", "CREATED", "EXPIRES", "REVOKED", "LAST USED"), rows
+    )
 
 
 async def _keys_revoke(stores: SqlStores, ns: argparse.Namespace) -> None:
@@ -175,7 +121,7 @@ async def _keys_revoke(stores: SqlStores, ns: argparse.Namespace) -> None:
 
 
 async def _users_create(stores: SqlStores, ns: argparse.Namespace) -> None:
-    overrides = LimitOverrides(**_given(ns, ("scheduler_weight", *LIMITS)))
+    overrides = LimitOverrides(**given_options(ns, ("scheduler_weight", *LIMITS)))
     user = await stores.directory.create_user(
         ns.name, ns.group, active=not ns.inactive, overrides=overrides
     )
@@ -185,11 +131,11 @@ async def _users_create(stores: SqlStores, ns: argparse.Namespace) -> None:
 async def _users_list(stores: SqlStores, ns: argparse.Namespace) -> None:
     users = await stores.directory.list_users(ns.group)
     rows = [[u.name, u.group, u.active, _limits(u.overrides)] for u in users]
-    _table(("NAME", "GROUP", "ACTIVE", "OVERRIDES"), rows)
+    print_table(("NAME", "GROUP", "ACTIVE", "OVERRIDES"), rows)
 
 
 async def _users_update(stores: SqlStores, ns: argparse.Namespace) -> None:
-    changes = _given(ns, ("group", "active", "scheduler_weight", *LIMITS))
+    changes = given_options(ns, ("group", "active", "scheduler_weight", *LIMITS))
     if hasattr(ns, "rename"):
         changes["name"] = ns.rename
     user = await stores.directory.update_user(ns.name, cast(UserChanges, changes))
@@ -224,7 +170,7 @@ async def _users_set_password(stores: SqlStores, ns: argparse.Namespace) -> None
 
 async def _groups_create(stores: SqlStores, ns: argparse.Namespace) -> None:
     group = await stores.directory.create_group(
-        ns.name, GroupLimits(**_given(ns, ("scheduler_weight", *LIMITS))), ns.model
+        ns.name, GroupLimits(**given_options(ns, ("scheduler_weight", *LIMITS))), ns.model
     )
     print(f"created group {group.name}")
 
@@ -234,11 +180,11 @@ async def _groups_list(stores: SqlStores, ns: argparse.Namespace) -> None:
         [g.name, _limits(g.limits), "all" if g.models is None else " ".join(g.models)]
         for g in await stores.directory.list_groups()
     ]
-    _table(("NAME", "LIMITS (0 = unlimited)", "MODELS"), rows)
+    print_table(("NAME", "LIMITS (0 = unlimited)", "MODELS"), rows)
 
 
 async def _groups_update(stores: SqlStores, ns: argparse.Namespace) -> None:
-    changes = _given(ns, ("scheduler_weight", *LIMITS))
+    changes = given_options(ns, ("scheduler_weight", *LIMITS))
     if hasattr(ns, "rename"):
         changes["name"] = ns.rename
     if hasattr(ns, "model"):
@@ -270,11 +216,11 @@ async def _backends_list(stores: SqlStores, ns: argparse.Namespace) -> None:
         ]
         for b in await stores.catalog.list_backends()
     ]
-    _table(("NAME", "ENGINE", "URL", "GPU", "SLOTS", "PRIORITY", "ENABLED", "MODELS"), rows)
+    print_table(("NAME", "ENGINE", "URL", "GPU", "SLOTS", "PRIORITY", "ENABLED", "MODELS"), rows)
 
 
 async def _backends_create(stores: SqlStores, ns: argparse.Namespace) -> None:
-    given = _given(ns, ("gpu", "max_concurrent", "priority")).items()
+    given = given_options(ns, ("gpu", "max_concurrent", "priority")).items()
     fields = {f: v for f, v in given if v is not None}
     backend = await stores.catalog.create_backend(
         ns.name, ns.engine, ns.url, models=_served(ns.model), **fields
@@ -283,7 +229,7 @@ async def _backends_create(stores: SqlStores, ns: argparse.Namespace) -> None:
 
 
 async def _backends_update(stores: SqlStores, ns: argparse.Namespace) -> None:
-    changes = _given(ns, ("engine", "url", "gpu", "max_concurrent", "priority", "enabled"))
+    changes = given_options(ns, ("engine", "url", "gpu", "max_concurrent", "priority", "enabled"))
     if hasattr(ns, "model"):
         changes["models"] = _served(ns.model)
     await stores.catalog.update_backend(ns.name, cast(BackendChanges, changes))
@@ -296,11 +242,6 @@ async def _backends_delete(stores: SqlStores, ns: argparse.Namespace) -> None:
 
 
 # -- the parser ------------------------------------------------------------------------------
-
-
-def _config(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--config", required=True, metavar="FILE", help="YAML configuration")
-    return parser
 
 
 def _limit_flags(parser: argparse.ArgumentParser, *, inherit: bool) -> None:
@@ -317,27 +258,6 @@ def _limit_flags(parser: argparse.ArgumentParser, *, inherit: bool) -> None:
         )
 
 
-def _switch(parser: argparse.ArgumentParser, dest: str, on: str, off: str) -> None:
-    both = parser.add_mutually_exclusive_group()
-    both.add_argument(on, dest=dest, action="store_const", const=True)
-    both.add_argument(off, dest=dest, action="store_const", const=False)
-
-
-def _verbs(sub: Subparsers, noun: str, help_text: str) -> Subparsers:
-    parser = sub.add_parser(noun, help=help_text)
-    return parser.add_subparsers(dest=f"{noun}_verb", required=True, metavar="VERB")
-
-
-def _add(
-    verbs: Subparsers, verb: str, action: Action, help_text: str, *, partial: bool = False
-) -> argparse.ArgumentParser:
-    """A verb's parser; `partial` (updates): options not given are absent from the namespace."""
-    default = argparse.SUPPRESS if partial else None
-    parser = _config(verbs.add_parser(verb, help=help_text, argument_default=default))
-    parser.set_defaults(run=_command(action))
-    return parser
-
-
 def _model_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
@@ -351,57 +271,61 @@ def _model_flag(parser: argparse.ArgumentParser) -> None:
 def add_admin_commands(sub: Subparsers) -> None:
     """Registers migrate, keys, users, groups and backends on the `mindrouter` subparsers."""
     help_text = "apply the database migrations, then the config's groups, users, backends"
-    migrate = _config(sub.add_parser("migrate", help=help_text))
-    migrate.set_defaults(run=_command(_migrate, migrating=True))
+    migrate = with_config(sub.add_parser("migrate", help=help_text))
+    migrate.set_defaults(run=run_command(_migrate, migrating=True))
 
-    keys = _verbs(sub, "keys", "API keys")
-    p = _add(keys, "create", _keys_create, "create a key; the key is the last line printed")
+    keys = noun_verbs(sub, "keys", "API keys")
+    p = add_verb(keys, "create", _keys_create, "create a key; the key is the last line printed")
     p.add_argument("--user", required=True)
     p.add_argument("--admin", action="store_true", help="a key for the admin API")
     p.add_argument("--expires-days", type=int, metavar="N")
     p.add_argument("--name", help="a label for the key")
-    _add(keys, "list", _keys_list, "list keys (never their secrets)").add_argument("--user")
-    _add(keys, "revoke", _keys_revoke, "revoke a key").add_argument(
+    add_verb(keys, "list", _keys_list, "list keys (never their secrets)").add_argument("--user")
+    add_verb(keys, "revoke", _keys_revoke, "revoke a key").add_argument(
         "key", metavar="KEY", help="the full key, its prefix (mr2_ + 8 characters) or its id"
     )
 
-    users = _verbs(sub, "users", "users")
-    p = _add(users, "create", _users_create, "create a user")
+    users = noun_verbs(sub, "users", "users")
+    p = add_verb(users, "create", _users_create, "create a user")
     p.add_argument("name")
     p.add_argument("--group", required=True)
     p.add_argument("--inactive", action="store_true")
     _limit_flags(p, inherit=True)
-    _add(users, "list", _users_list, "list users").add_argument("--group")
-    p = _add(users, "update", _users_update, "change a user's group, state or limits", partial=True)
+    add_verb(users, "list", _users_list, "list users").add_argument("--group")
+    p = add_verb(
+        users, "update", _users_update, "change a user's group, state or limits", partial=True
+    )
     p.add_argument("name")
     p.add_argument("--group")
     p.add_argument("--rename", metavar="NEW_NAME")
-    _switch(p, "active", "--active", "--inactive")
+    add_switch(p, "active", "--active", "--inactive")
     _limit_flags(p, inherit=True)
-    _add(users, "deactivate", _users_deactivate, "stop a user's keys working").add_argument("name")
-    p = _add(users, "set-password", _users_set_password, "set a console password", partial=True)
+    add_verb(users, "deactivate", _users_deactivate, "stop a user's keys working").add_argument(
+        "name"
+    )
+    p = add_verb(users, "set-password", _users_set_password, "set a console password", partial=True)
     p.add_argument("name")
     p.add_argument("--password-stdin", action="store_true", help="read it from standard input")
-    _switch(p, "admin", "--admin", "--no-admin")
+    add_switch(p, "admin", "--admin", "--no-admin")
 
-    groups = _verbs(sub, "groups", "groups")
-    p = _add(groups, "create", _groups_create, "create a group")
+    groups = noun_verbs(sub, "groups", "groups")
+    p = add_verb(groups, "create", _groups_create, "create a group")
     p.add_argument("name")
     _limit_flags(p, inherit=False)
     _model_flag(p)
-    _add(groups, "list", _groups_list, "list groups")
-    p = _add(groups, "update", _groups_update, "change a group's limits", partial=True)
+    add_verb(groups, "list", _groups_list, "list groups")
+    p = add_verb(groups, "update", _groups_update, "change a group's limits", partial=True)
     p.add_argument("name")
     p.add_argument("--rename", metavar="NEW_NAME")
     _limit_flags(p, inherit=False)
     _model_flag(p)
     p.add_argument("--all-models", action="store_true", help="let the group use every model again")
 
-    backends = _verbs(sub, "backends", "backends")
-    _add(backends, "list", _backends_list, "list backends")
+    backends = noun_verbs(sub, "backends", "backends")
+    add_verb(backends, "list", _backends_list, "list backends")
     for verb, action in (("create", _backends_create), ("update", _backends_update)):
         creating = verb == "create"
-        p = _add(backends, verb, action, f"{verb} a backend", partial=not creating)
+        p = add_verb(backends, verb, action, f"{verb} a backend", partial=not creating)
         p.add_argument("name")
         p.add_argument("--engine", required=creating, choices=ENGINES)
         p.add_argument("--url", required=creating)
@@ -415,5 +339,5 @@ def add_admin_commands(sub: Subparsers) -> None:
             help="a model it serves (repeatable); none: discovered",
         )
         if not creating:
-            _switch(p, "enabled", "--enable", "--disable")
-    _add(backends, "delete", _backends_delete, "delete a backend").add_argument("name")
+            add_switch(p, "enabled", "--enable", "--disable")
+    add_verb(backends, "delete", _backends_delete, "delete a backend").add_argument("name")
