@@ -19,7 +19,6 @@ database): a row takes them from the file's backend of the same name, if there i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.backends.monitor import BackendMonitor
@@ -30,6 +29,7 @@ from mindrouter.routing.catalog import BackendState, Catalog
 from mindrouter.scheduling import CapacityGate
 from mindrouter.settings import BackendModel, BackendSettings, ModelSettings, Settings
 from mindrouter.stores.breakers import SharedBreakers
+from mindrouter.stores.outage import ExchangeLoop
 from mindrouter.stores.records import Backend
 from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql.catalog import CatalogRows, SqlCatalog
@@ -86,28 +86,27 @@ class CatalogSync:
         self._configs: dict[str, BackendSettings] = {b.name: b for b in settings.backends}
         self._retired: list[tuple[BackendState, EngineAdapter]] = []
         self._lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = ExchangeLoop(
+            self._poll_logged, interval=poll_interval, retry_after=poll_interval, what="catalog"
+        )
 
     async def start(self) -> None:
         await self.refresh(force=True)
-        self._task = asyncio.create_task(self._run())
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._loop.stop(self.poll_interval)
         for _, adapter in self._retired:
             await adapter.aclose()
         self._retired.clear()
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_interval)
-            try:
-                await self.poll()
-            except Exception as exc:
-                log.warning("catalog poll failed", error=str(exc))
+    async def _poll_logged(self) -> bool:
+        try:
+            await self.poll()
+        except Exception as exc:
+            log.warning("catalog poll failed", error=str(exc))
+            return False
+        return True
 
     async def poll(self) -> None:
         if await self._rows.catalog_epoch() != self.epoch:
