@@ -314,3 +314,16 @@ def text_of_chunk(dialect: str, line: str) -> str | None:
     if event.get("type") == "content_block_delta" and event["delta"].get("type") == "text_delta":
         return event["delta"]["text"] or None
     return None
+
+
+def hold_stream(url: str, key: str) -> None:
+    """A long stream read to its end, or until its gateway is killed (expected here)."""
+    body = chat_body("openai", stream=True, max_tokens=5000)
+    try:
+        with httpx.stream(
+            "POST", url + "/v1/chat/completions", json=body, headers=bearer(key), timeout=120
+        ) as response:
+            for _ in response.iter_lines():
+                pass
+    except httpx.HTTPError:
+        pass

@@ -14,7 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import redis
 
 from mindrouter.serving import ThreadServer
@@ -25,6 +24,7 @@ from tests.gateway.procs import (
     chat_body,
     cli,
     gateway_config,
+    hold_stream,
     http,
     sim_app,
     write_config,
@@ -37,18 +37,6 @@ LEASE_S = 4.0
 async def _key(url: str) -> str:
     async with stores_at(url) as stores:
         return (await stores.keys.create_key("u")).key
-
-
-def _hold(url: str, key: str) -> None:
-    body = chat_body("openai", stream=True, max_tokens=5000)
-    try:
-        with httpx.stream(
-            "POST", url + "/v1/chat/completions", json=body, headers=bearer(key), timeout=120
-        ) as response:
-            for _ in response.iter_lines():
-                pass
-    except httpx.HTTPError:
-        pass  # its gateway was killed: expected
 
 
 def test_a_killed_replica_frees_its_users_slots_within_the_lease(tmp_path: Path) -> None:
@@ -80,7 +68,7 @@ def test_a_killed_replica_frees_its_users_slots_within_the_lease(tmp_path: Path)
                 b.wait_ready()
                 key = run_in_thread(_key(url))
                 for _ in range(2):
-                    threading.Thread(target=_hold, args=(a.url, key), daemon=True).start()
+                    threading.Thread(target=hold_stream, args=(a.url, key), daemon=True).start()
                 state = engine.state.sim
                 for _ in range(600):  # bounded wait for both streams to be generating
                     if len([r for r in state.records if r.first_token_at]) >= 2:

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import redis
 from sqlalchemy import select
@@ -30,6 +29,7 @@ from tests.gateway.procs import (
     chat_body,
     cli,
     gateway_config,
+    hold_stream,
     http,
     sim_app,
     write_config,
@@ -58,18 +58,6 @@ async def _rows(url: str) -> tuple[list[Any], list[Any]]:
 async def _lifetime(url: str, user_id: int) -> int:
     async with stores_at(url) as stores:
         return (await stores.usage.get_usage(user_id)).lifetime_tokens
-
-
-def _hold(url: str, key: str) -> None:
-    body = chat_body("openai", stream=True, max_tokens=5000)
-    try:
-        with httpx.stream(
-            "POST", url + "/v1/chat/completions", json=body, headers=bearer(key), timeout=120
-        ) as response:
-            for _ in response.iter_lines():
-                pass
-    except httpx.HTTPError:
-        pass  # its gateway was killed: expected
 
 
 def _wait(condition: Any, what: str, tries: int = 600) -> Any:
@@ -115,7 +103,7 @@ def test_a_killed_gateways_records_are_closed_and_charged_once(engine: str, tmp_
                     survivor.wait_ready()
                 key, user_id = run_in_thread(_key(url))
                 for _ in range(STREAMS):
-                    threading.Thread(target=_hold, args=(a.url, key), daemon=True).start()
+                    threading.Thread(target=hold_stream, args=(a.url, key), daemon=True).start()
 
                 def checkpointed() -> bool:
                     records, _ = run_in_thread(_rows(url))
