@@ -9,7 +9,6 @@ models they serve, merged into the catalog with the context length the engine re
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 
 import aiohttp
@@ -24,6 +23,7 @@ from mindrouter.backends.probe import (
 )
 from mindrouter.observability.logging import log
 from mindrouter.routing.catalog import BackendState, Catalog
+from mindrouter.tasks import stop_task
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +63,7 @@ class BackendMonitor:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
         if self._session is not None:
             await self._session.close()
 

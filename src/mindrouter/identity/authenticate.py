@@ -17,7 +17,6 @@ requests fall back to the database, which fails closed).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import hmac
 import time
@@ -38,6 +37,7 @@ from mindrouter.identity.principal import Principal, principal_for
 from mindrouter.observability.logging import log
 from mindrouter.stores.ports import KeyLookup
 from mindrouter.stores.records import KeyRecord
+from mindrouter.tasks import stop_task
 
 REVOKED = "API key revoked"
 EXPIRED = "API key expired"
@@ -179,9 +179,7 @@ class Authenticator:
     async def stop(self) -> None:
         task, self._poller = self._poller, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
         await self._flush_uses()
         self._fresh_until = float("-inf")
 

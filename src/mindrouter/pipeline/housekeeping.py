@@ -10,11 +10,11 @@ several places at once (conditional updates, idempotent deletes).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from mindrouter.observability.logging import log
+from mindrouter.tasks import stop_task
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +35,7 @@ class Housekeeping:
 
     async def stop(self) -> None:
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
         self._tasks = []
 
     @staticmethod

@@ -10,12 +10,12 @@ most `lease_seconds` after its last renewal (20 s with the defaults).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
 from mindrouter.observability.logging import log
 from mindrouter.stores.limits import LimitStore, Ticket
+from mindrouter.tasks import stop_task
 
 
 class LeaseKeeper:
@@ -58,9 +58,7 @@ class LeaseKeeper:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
 
     async def _run(self) -> None:
         while True:

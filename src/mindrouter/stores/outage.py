@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mindrouter.observability.logging import log
+from mindrouter.tasks import stop_task
 
 
 class Outage:
@@ -79,8 +80,7 @@ class ExchangeLoop:
         self._wake.set()
         _, running = await asyncio.wait({task}, timeout=grace)
         if running:
-            task.cancel()
-            await asyncio.wait({task})
+            await stop_task(task)
 
     async def _run(self) -> None:
         while not self._stopping.is_set():
