@@ -50,13 +50,16 @@ def _max_in_window(times: list[float]) -> int:
     return best
 
 
-def _max_overlap(spans: list[tuple[float, float]]) -> int:
+def _max_overlap(spans: list[tuple[float, float]]) -> tuple[int, float]:
+    """The most spans open at once, and the first moment that many were."""
     events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
     now = best = 0
-    for _, step in events:
+    at = 0.0
+    for t, step in events:
         now += step
-        best = max(best, now)
-    return best
+        if now > best:
+            best, at = now, t
+    return best, at
 
 
 def pending_count(url: str) -> int:
@@ -99,10 +102,10 @@ def ledger(stack: Stack, schedule: Schedule, log: list[Sent], started: float) ->
     # Limits, from the records: admissions per sliding minute, requests in flight at once (a
     # record of a killed replica ends at the kill), budget.
     kills = sorted(schedule.kills)
-    excess: dict[str, dict[str, int]] = {}
+    excess: dict[str, dict[str, Any]] = {}
     for u, (rpm, conc, budget) in USERS.items():
         mine = [r for r in records if r.user_name == u]
-        spans = []
+        spans: list[tuple[float, float]] = []
         for r in mine:
             start = _ts(r.created_at)
             end = _ts(r.completed_at) if r.completed_at else time.time()
@@ -111,11 +114,26 @@ def ledger(stack: Stack, schedule: Schedule, log: list[Sent], started: float) ->
                 end = after[0] if after else end
             spans.append((start, end))
         used = int(usage_rows[u].period_tokens) if u in usage_rows else 0
+        most, peak = _max_overlap(spans)
         excess[u] = {
             "rpm_max": _max_in_window([s for s, _ in spans]),
             "rpm_limit": rpm,
-            "concurrency_max": _max_overlap(spans),
+            "concurrency_max": most,
             "concurrency_limit": conc,
+            # The records open at the peak, when it is over the limit: what a finding needs.
+            "concurrency_peak": [
+                {
+                    "request_id": r.request_id,
+                    "instance": r.instance_id,
+                    "status": r.status,
+                    "from": round(a - started, 3),
+                    "to": round(b - started, 3),
+                }
+                for r, (a, b) in zip(mine, spans, strict=True)
+                if a <= peak < b
+            ]
+            if most > conc
+            else [],
             "budget_used": used,
             "budget": budget,
         }

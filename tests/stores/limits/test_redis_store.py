@@ -15,6 +15,7 @@ from redis.backoff import NoBackoff
 
 from mindrouter.errors import Overloaded, RateLimited
 from mindrouter.stores.limits import (
+    Activity,
     Limits,
     LimitStore,
     LimitStoreUnavailable,
@@ -115,3 +116,40 @@ async def test_a_store_from_a_url_owns_its_client(redis_server: RedisServer) -> 
     tickets = await asyncio.gather(*(store.admit("alice", Limits(), 1, T0) for _ in range(50)))
     assert len({t.lease_id for t in tickets}) == 50
     await store.close()
+
+
+async def test_leases_lost_with_the_data_are_taken_back_at_the_next_renewal(
+    redis_server: RedisServer,
+) -> None:
+    """Redis restarted empty while two requests ran: the seed restores two leases from the audit
+    trail, and the renewals of the process serving the requests take them back for as long as
+    the requests last, however long that is; so the user's third request waits throughout."""
+    store = RedisLimitStore(redis_server.client(), redis_server.prefix, lease_seconds=20)
+    limits = Limits(max_concurrent=2)
+    await store.seed("ben", None, 0, 0, Activity(T0))
+    first = await store.admit("ben", limits, 10, T0)
+    second = await store.admit("ben", limits, 15, T0 + 1)
+
+    await redis_server.clients[0].delete(*await redis_server.keys())  # the data is gone
+    await store.seed("ben", None, 0, 0, Activity(T0 + 5, (T0, T0 + 1), in_flight=2))
+    for t in range(10, 121, 5):  # far past one lease length after the seed
+        await store.renew([first, second], T0 + t)
+        with pytest.raises(RateLimited) as refused:
+            await store.admit("ben", limits, 5, T0 + t + 1)
+        assert refused.value.limit == "concurrency"
+    snapshot = await store.snapshot("ben", limits, T0 + 121)
+    assert (snapshot.in_flight, snapshot.reserved_tokens) == (2, 25)
+
+    await store.settle(first, 12, T0 + 122)
+    third = await store.admit("ben", limits, 5, T0 + 123)
+    assert third.lease_id not in (first.lease_id, second.lease_id)
+
+
+async def test_a_settled_lease_is_not_renewed_back(redis_server: RedisServer) -> None:
+    store = RedisLimitStore(redis_server.client(), redis_server.prefix, lease_seconds=20)
+    limits = Limits(max_concurrent=1)
+    await store.seed("ana", None, 0, 0, Activity(T0))
+    ticket = await store.admit("ana", limits, 10, T0)
+    await store.settle(ticket, 10, T0 + 1)
+    await store.renew([ticket], T0 + 2)  # a renewal that raced the settle
+    assert (await store.snapshot("ana", limits, T0 + 3)).in_flight == 0

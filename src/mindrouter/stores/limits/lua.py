@@ -169,14 +169,17 @@ return {start and num(start) or '', int(used), int(tokens_of(KEYS[4], live)),
 
 # KEYS: usage, window, leases, lease_tokens
 # ARGV: period_start (empty: no usage yet), period_tokens, lifetime_tokens, restored lease expiry,
-#       window_ttl_ms, lease_ttl_ms, requests in flight, admission times of the last minute...
+#       window_ttl_ms, lease_ttl_ms, requests in flight, now, admission times of the last minute...
 # Newer wins: the lifetime total only grows, so a larger stored one means the store is ahead.
-# The first seed since the server lost its data also restores the window and, as leases of no
-# tokens that lapse after one lease length, the requests in flight.
+# The first seed since the server lost its data records when (`seeded` holds that time), and
+# restores the window and, as leases of no tokens named `restored:*`, the requests in flight;
+# each process takes its own requests' leases back at its next renewal (RENEW), in place of
+# these, and the ones nobody takes back (requests that ended meanwhile) lapse after one lease.
 SEED = """
 if redis.call('HEXISTS', KEYS[1], 'seeded') == 0 then
-  for i = 8, #ARGV do redis.call('ZADD', KEYS[2], ARGV[i], 'restored:' .. i) end
-  if #ARGV >= 8 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
+  redis.call('HSET', KEYS[1], 'seeded', ARGV[8])
+  for i = 9, #ARGV do redis.call('ZADD', KEYS[2], ARGV[i], 'restored:' .. i) end
+  if #ARGV >= 9 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
   local in_flight = tonumber(ARGV[7])
   for i = 1, in_flight do
     redis.call('ZADD', KEYS[3], ARGV[4], 'restored:' .. i)
@@ -187,7 +190,6 @@ if redis.call('HEXISTS', KEYS[1], 'seeded') == 0 then
     redis.call('PEXPIRE', KEYS[4], ARGV[6])
   end
 end
-redis.call('HSET', KEYS[1], 'seeded', '1')
 if ARGV[1] == '' then return 0 end
 local state = redis.call('HMGET', KEYS[1], 'start', 'lifetime')
 if state[1] and (tonumber(state[2]) or 0) >= tonumber(ARGV[3]) then return 0 end
@@ -195,21 +197,42 @@ redis.call('HSET', KEYS[1], 'start', ARGV[1], 'used', ARGV[2], 'lifetime', ARGV[
 return 1
 """
 
-# KEYS: leases, lease_tokens   ARGV: now, new expiry, lease_ttl_ms, lease ids...
-# Only leases still held (not settled, not expired) are extended: XX never re-creates one.
+# KEYS: usage, leases, lease_tokens
+# ARGV: now, new expiry, lease_ttl_ms, then for each lease: id, admission time, reserved tokens.
+# A lease still held (not settled, not expired) is extended. A lease that is gone although the
+# server lost its data after the lease's admission (`seeded` is later) went with the data: its
+# request is still in flight in the calling process, so the lease comes back with its
+# reservation, in place of one of the leases the seed restored from the audit trail. Any other
+# missing lease was settled or expired, and is never re-created.
 RENEW = """
 local now = tonumber(ARGV[1])
+local lost_at = tonumber(redis.call('HGET', KEYS[1], 'seeded'))
 local renewed = 0
-for i = 4, #ARGV do
-  local expires = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
-  if expires and expires > now then
-    redis.call('ZADD', KEYS[1], 'XX', ARGV[2], ARGV[i])
+for i = 4, #ARGV, 3 do
+  local id = ARGV[i]
+  local expires = tonumber(redis.call('ZSCORE', KEYS[2], id))
+  if expires then
+    if expires > now then
+      redis.call('ZADD', KEYS[2], 'XX', ARGV[2], id)
+      renewed = renewed + 1
+    end
+  elseif lost_at and lost_at > tonumber(ARGV[i + 1]) then
+    for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+      if string.sub(member, 1, 9) == 'restored:' then
+        redis.call('ZREM', KEYS[2], member)
+        redis.call('HDEL', KEYS[3], member)
+        break
+      end
+    end
+    redis.call('ZADD', KEYS[2], ARGV[2], id)
+    redis.call('HSET', KEYS[3], id, ARGV[i + 2])
+    redis.call('HINCRBY', KEYS[1], 'reserved', ARGV[i + 2])
     renewed = renewed + 1
   end
 end
 if renewed > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[3])
 end
 return renewed
 """

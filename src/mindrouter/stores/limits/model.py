@@ -105,7 +105,9 @@ class LimitStore(Protocol):
 
     async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
         """Extends the leases of `tickets` (requests still in flight here) to `now` plus the
-        lease length. Leases already released or expired stay so."""
+        lease length. Leases already released or expired stay so; a store that lost its data
+        since a ticket's admission takes the ticket's lease back (the request is still in
+        flight), in place of one it restored from `activity` at the seed."""
         ...
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot: ...
@@ -122,7 +124,8 @@ class LimitStore(Protocol):
         (`period_start` None: the user has none yet); admit() raises UsageNotLoaded until a
         store that can lose its data has been seeded for the user. A store seeded for the first
         time since it lost its data also takes `activity`: the window entries, and leases (of
-        no tokens, for one lease length) for the requests in flight."""
+        no tokens, for one lease length unless renew() takes them back) for the requests in
+        flight."""
         ...
 
     async def dirty(self) -> list[UsageSnapshot]:

@@ -210,16 +210,17 @@ class RedisLimitStore:
             await self._settle.run(self._client, [usage, leases, tokens, self._dirty_key], args)
 
     async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
-        by_user: dict[str, list[str]] = {}
-        for ticket in tickets:
-            by_user.setdefault(ticket.user, []).append(ticket.lease_id)
+        by_user: dict[str, list[str | int]] = {}
+        for t in tickets:
+            lease: list[str | int] = [t.lease_id, _num(t.admitted_at), t.reserved_tokens]
+            by_user.setdefault(t.user, []).extend(lease)
         if not by_user:
             return
         head: list[str | int] = [_num(now), _num(now + self._lease_seconds), self._lease_ttl_ms]
         async with _unavailable_on_redis_errors(self._client):
-            for user, ids in by_user.items():
-                _usage, _window, leases, tokens = self._user_keys(user)
-                await self._renew.run(self._client, [leases, tokens], [*head, *ids])
+            for user, leases in by_user.items():
+                usage, _window, lease_key, tokens = self._user_keys(user)
+                await self._renew.run(self._client, [usage, lease_key, tokens], [*head, *leases])
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
         args = [_num(now), _num(limits.period_seconds), _num(WINDOW_SECONDS)]
@@ -249,6 +250,7 @@ class RedisLimitStore:
             self._window_ttl_ms,
             self._lease_ttl_ms,
             in_flight,
+            _num(now),
             *(_num(t) for t in admissions),
         ]
         async with _unavailable_on_redis_errors(self._client):
