@@ -35,7 +35,9 @@ def _encoding() -> Any:
 PIECE_CHARS = 65_536
 
 
-def count_text(text: str) -> int:
+def count_text(text: str, limit: int | None = None) -> int:
+    """The tokens of `text`; with a `limit`, counting may stop once past it, and the result is
+    then some count above the limit."""
     if not text:
         return 0
     # Short ASCII strings dominate streamed deltas; tokenizing them is cheap but not free.
@@ -43,7 +45,7 @@ def count_text(text: str) -> int:
     if len(text) <= PIECE_CHARS:
         return len(encode(text))
     total, start = 0, 0
-    while start < len(text):
+    while start < len(text) and (limit is None or total <= limit):
         end = start + PIECE_CHARS
         if end < len(text):
             # Cut before a space, where a token starts anyway, so the pieces count as the whole.
@@ -54,25 +56,38 @@ def count_text(text: str) -> int:
     return total
 
 
-def estimate_chat_input(req: ChatRequest) -> int:
+def estimate_chat_input(req: ChatRequest, limit: int | None = None) -> int:
+    """With a `limit`, counting stops once past it (see count_text): what decides that a
+    request cannot fit a context costs no more than counting a context's worth."""
     total = REPLY_PRIMER
+
+    def left() -> int | None:
+        return None if limit is None else limit - total
+
     for m in req.messages:
-        total += PER_MESSAGE_OVERHEAD + count_text(m.text()) + PER_IMAGE * len(m.images())
+        if limit is not None and total > limit:
+            return total
+        total += PER_MESSAGE_OVERHEAD + count_text(m.text(), left()) + PER_IMAGE * len(m.images())
         if m.reasoning:
-            total += count_text(m.reasoning)
+            total += count_text(m.reasoning, left())
         for call in m.tool_calls:
-            total += count_text(call.name) + count_text(call.arguments)
-    if req.tools:
+            total += count_text(call.name) + count_text(call.arguments, left())
+    if req.tools and (limit is None or total <= limit):
         schema = [
             {"name": t.name, "description": t.description, "parameters": t.parameters}
             for t in req.tools
         ]
-        total += count_text(orjson.dumps(schema).decode())
+        total += count_text(orjson.dumps(schema).decode(), left())
     return total
 
 
-def estimate_completion_input(req: CompletionRequest) -> int:
-    return sum(count_text(p) for p in req.prompt)
+def estimate_completion_input(req: CompletionRequest, limit: int | None = None) -> int:
+    total = 0
+    for prompt in req.prompt:
+        if limit is not None and total > limit:
+            break
+        total += count_text(prompt, None if limit is None else limit - total)
+    return total
 
 
 def estimate_embedding_input(req: EmbeddingRequest) -> int:

@@ -77,6 +77,12 @@ def estimate(text: str) -> int:
     return REPLY_PRIMER + PER_MESSAGE_OVERHEAD + count_text(text)
 
 
+def newest_record(c: Cluster) -> int | None:
+    r = HTTP.get(c.url + "/admin/audit", params={"limit": 1}, headers=c.auth)
+    assert r.status_code == 200, r.text
+    return r.json()[0]["id"] if r.json() else None
+
+
 def tokenizer_calls(c: Cluster, engine: str) -> int:
     counts = c.states[engine].requests_total
     return sum(n for (route, _), n in counts.items() if route in ("/tokenize", "/apply-template"))
@@ -135,6 +141,24 @@ def test_an_input_that_cannot_fit_is_refused_in_each_dialect(fit: Cluster, engin
                 assert body["error"]["type"] == "invalid_request_error"
     # The engine never received any of them.
     assert len(c.states[engine].records) == before
+
+
+def test_an_input_of_many_contexts_is_refused_on_the_estimate_alone(fit: Cluster) -> None:
+    """Some 300 contexts' worth of text: refused before admission on a count that stops at four
+    contexts, without asking any engine's tokenizer, and without an audit record."""
+    c = fit
+    huge = "word " * 600_000
+    calls = {e: tokenizer_calls(c, e) for e in ENGINES}
+    seen = {e: c.seen(e) for e in ENGINES}
+    newest = newest_record(c)
+    for engine in ENGINES:
+        r = post(c, "openai", model=f"m-{engine}", messages=[{"role": "user", "content": huge}])
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["code"] == "context_length_exceeded"
+        assert f"more than {4 * CONTEXT} tokens (estimated)" in r.json()["error"]["message"]
+    assert {e: tokenizer_calls(c, e) for e in ENGINES} == calls
+    assert {e: c.seen(e) for e in ENGINES} == seen
+    assert newest_record(c) == newest
 
 
 def test_the_sdks_raise_their_bad_request_for_a_context_overflow(fit: Cluster) -> None:

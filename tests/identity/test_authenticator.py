@@ -172,6 +172,6 @@ async def test_an_idle_poller_reads_nothing_and_the_next_request_catches_up() ->
         # Past the trust window, a request reads the epoch itself before trusting the cache.
         with pytest.raises(Unauthenticated):
             await auth.authenticate({"authorization": "Bearer mr2_AAAAAAAA_nope"})
-        assert store.polls == polls + 1
+        assert store.polls >= polls + 1  # its own read (the poller may add one meanwhile)
     finally:
         await auth.stop()

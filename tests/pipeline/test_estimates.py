@@ -37,9 +37,9 @@ async def test_a_large_prompt_is_counted_in_a_worker_thread(
     threads: list[int] = []
     real = flight.estimate_input
 
-    def recording(req: ChatRequest) -> int:
+    def recording(req: ChatRequest, limit: int | None = None) -> int:
         threads.append(threading.get_ident())
-        return real(req)
+        return real(req, limit)
 
     monkeypatch.setattr(flight, "estimate_input", recording)
     loop_thread = threading.get_ident()
@@ -60,3 +60,19 @@ async def test_a_large_prompt_is_counted_in_a_worker_thread(
     await estimate_input_off_loop(chat("lorem ipsum dolor " * 100_000))
     ticker.cancel()
     assert ticks > 1
+
+
+def test_with_a_limit_counting_stops_soon_after_it() -> None:
+    req = chat("word " * 400_000, tools=2)  # some 400 000 tokens
+    full = estimate_input(req)
+    capped = estimate_input(req, limit=10_000)
+    assert 10_000 < capped < 40_000 < full
+    # A limit the input stays under changes nothing.
+    assert estimate_input(req, limit=full) == full
+
+
+def test_two_messages_past_the_limit_are_not_counted() -> None:
+    first = Message(role="user", content=[TextPart("word " * 100_000)])
+    second = Message(role="user", content=[TextPart("other " * 100_000)])
+    req = ChatRequest(model="m", messages=[first, second])
+    assert 1_000 < estimate_input(req, limit=1_000) < estimate_input(chat("word " * 100_000))

@@ -7,6 +7,12 @@ The count comes from the backend's own tokenizer where it has one (vLLM and llam
 chat template, tools and special tokens exactly); otherwise from the gateway's estimate. When the
 estimate says the request is far from the limit, the tokenizer round trip is skipped: a cap that
 is generous by a few tokens does no harm there.
+
+An input whose estimate is more than FAR_OVER times the context cannot fit on any backend of the
+model, whatever tokenizer it has: it is refused when the flight opens (`refuse_far_over`),
+before admission, an audit record or a backend tokenizer call, and the estimate stops counting
+at that point (`estimate_limit`), so a 30 MB prompt costs a context's worth of counting, not
+millions of tokens.
 """
 
 from __future__ import annotations
@@ -23,6 +29,25 @@ SAFETY_MARGIN = 1024
 MAX_OUTPUT_TOKENS = 65536
 # The estimate uses another tokenizer; treat it as this much too small before trusting it.
 ESTIMATE_SLACK = 1.3
+# ...and as at most this much too large: cl100k spends up to three or so times the tokens of a
+# large-vocabulary tokenizer on some scripts, so only an estimate past this many contexts is
+# refused without the backend's own count.
+FAR_OVER = 4
+
+
+def estimate_limit(spec: ModelSpec) -> int:
+    """The estimate past which an input is refused unasked: counting can stop there."""
+    return spec.context_length * FAR_OVER
+
+
+def refuse_far_over(spec: ModelSpec, estimate: int) -> None:
+    if estimate > estimate_limit(spec):
+        raise ContextLengthExceeded(
+            f"the input is more than {estimate_limit(spec)} tokens (estimated), but model "
+            f"'{spec.name}' has a context of {spec.context_length} tokens; shorten the messages",
+            input_tokens=estimate,
+            context_length=spec.context_length,
+        )
 
 
 async def fit_context(

@@ -32,6 +32,7 @@ from mindrouter.canonical import (
 from mindrouter.errors import MindRouterError, Overloaded
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
+from mindrouter.pipeline.fit import estimate_limit, refuse_far_over
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.tally import Tally
 from mindrouter.pipeline.usage_sync import limit_key
@@ -67,11 +68,12 @@ async def wait_for_closing() -> None:
 OFF_LOOP_CHARS = 32_768
 
 
-def estimate_input(req: AnyRequest) -> int:
+def estimate_input(req: AnyRequest, limit: int | None = None) -> int:
+    """The input estimate; chat and completion counting stops past `limit` (fit.py)."""
     if isinstance(req, ChatRequest):
-        return estimate_chat_input(req)
+        return estimate_chat_input(req, limit)
     if isinstance(req, CompletionRequest):
-        return estimate_completion_input(req)
+        return estimate_completion_input(req, limit)
     if isinstance(req, EmbeddingRequest):
         return estimate_embedding_input(req)
     return estimate_relevance_input(req)
@@ -90,10 +92,10 @@ def text_size(req: AnyRequest) -> int:
     return sum(len(q) for q in req.queries) + sum(len(d) for d in req.documents)
 
 
-async def estimate_input_off_loop(req: AnyRequest) -> int:
+async def estimate_input_off_loop(req: AnyRequest, limit: int | None = None) -> int:
     if text_size(req) < OFF_LOOP_CHARS:
-        return estimate_input(req)
-    return await asyncio.to_thread(estimate_input, req)
+        return estimate_input(req, limit)
+    return await asyncio.to_thread(estimate_input, req, limit)
 
 
 def estimate_output(req: AnyRequest) -> int:
@@ -163,7 +165,11 @@ class Flight:
     async def open(self) -> None:
         p = self.principal
         s = self.s
-        self.est_input = await estimate_input_off_loop(self.req)
+        if isinstance(self.req, ChatRequest | CompletionRequest):
+            self.est_input = await estimate_input_off_loop(self.req, estimate_limit(self.spec))
+            refuse_far_over(self.spec, self.est_input)
+        else:
+            self.est_input = await estimate_input_off_loop(self.req)
         await s.usage.ensure_seeded(p.user_id)
         limits = Limits(p.token_budget, p.rpm, p.max_concurrent, p.budget_period_days)
         estimate = self.est_input + self.est_output
