@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import openai
 import pytest
 
+from mindrouter.console import status as status_module
 from mindrouter.stores.sql import open_stores
 from tests.console.stack import PASSWORD, ConsoleStack, csrf_of
 
@@ -154,6 +155,32 @@ def test_status_is_public_and_private_free(console: ConsoleStack) -> None:
     text = page.text + str(body)
     for private in ("tester", "root", "127.0.0.1:", "mr2_"):
         assert private not in text
+
+
+def test_status_lists_only_the_models_every_group_may_use(
+    console: ConsoleStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(status_module, "DATABASE_TTL_S", 0.0)  # read the rules at each load
+    anonymous = console.session()
+    listed = [m["model"] for m in anonymous.get("/console/status.json").json()["models"]]
+    kept = listed[-1]  # kept for one group only: every group but that one loses it
+    others = [m for m in listed if m != kept]
+
+    async def restrict(models: list[str] | None) -> None:
+        stores = open_stores(console.settings.database_url)
+        try:
+            await stores.directory.update_group("testers", {"models": models})
+        finally:
+            await stores.aclose()
+
+    console.run(restrict(others))
+    try:
+        body = anonymous.get("/console/status.json").json()
+        assert [m["model"] for m in body["models"]] == others
+        assert kept not in anonymous.get("/console/status").text
+    finally:
+        console.run(restrict(None))
+    assert [m["model"] for m in anonymous.get("/console/status.json").json()["models"]] == listed
 
 
 def test_usage_export_csv(console: ConsoleStack) -> None:

@@ -2,10 +2,14 @@
 for it and roughly how long a new one would wait. No sign-in and nothing private: no users, no
 keys, no prompts, not even the backends' addresses. Also as JSON at /console/status.json.
 
+Only the models every group may use are listed: a model kept for some groups (a licensed one,
+a large one for faculty) is not revealed to the public, as the API listings reveal no model a
+caller may not use.
+
 The wait estimate is the queue ahead divided by the slots of the usable backends serving the
-model, times the mean duration of the model's successful requests over the last 15 minutes
-(read at most every 15 seconds, so the page costs the database almost nothing however often it
-is loaded).
+model, times the mean duration of the model's successful requests over the last 15 minutes.
+Those durations and the groups' model rules are read at most every 15 seconds, so the page
+costs the database almost nothing however often it is loaded.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from starlette.routing import Route
 from mindrouter.console.deps import Console
 from mindrouter.console.guard import console_of, current_account
 from mindrouter.console.render import page
+from mindrouter.identity.access import ModelAccess, access_from, may_use
 
-DURATIONS_TTL_S = 15.0
+DATABASE_TTL_S = 15.0
 DURATIONS_WINDOW = timedelta(minutes=15)
 
 
@@ -37,27 +42,36 @@ class ModelStatus:
     wait_estimate_s: float | None
 
 
-class Durations:
+class FromDatabase:
+    """What the page reads from the database, at most every DATABASE_TTL_S: the mean request
+    duration per model, and each group's rule of model access."""
+
     def __init__(self) -> None:
         self._at = -math.inf
-        self._values: dict[str, float] = {}
+        self.durations: dict[str, float] = {}
+        self.rules: list[ModelAccess] = []
 
-    async def get(self, console: Console) -> dict[str, float]:
+    async def refresh(self, console: Console) -> FromDatabase:
         now = time.monotonic()
-        if now - self._at > DURATIONS_TTL_S:
+        if now - self._at > DATABASE_TTL_S:
             since = datetime.now(UTC) - DURATIONS_WINDOW
-            self._values = await console.stores.reports.mean_durations(since)
+            self.durations = await console.stores.reports.mean_durations(since)
+            groups = await console.stores.directory.list_groups()
+            self.rules = [access_from(g.models) for g in groups]
             self._at = now
-        return self._values
+        return self
 
 
-async def model_statuses(console: Console, durations: Durations) -> list[ModelStatus]:
+async def model_statuses(console: Console, stored: FromDatabase) -> list[ModelStatus]:
     gateway = console.gateway
     now = gateway.s.clock()
     depth = {m: len(jobs) for m, jobs in gateway.s.gate.queue.by_model().items()}
-    means = await durations.get(console)
+    known = await stored.refresh(console)
+    means = known.durations
     out = []
     for spec in gateway.catalog.models():
+        if not may_use(known.rules, spec):
+            continue
         serving = [b for b, _ in gateway.catalog.serving(spec.name)]
         usable = [b for b in serving if b.usable(now)]
         waiting = depth.get(spec.name, 0)
@@ -83,16 +97,16 @@ async def model_statuses(console: Console, durations: Durations) -> list[ModelSt
 
 
 def status_routes() -> list[Route]:
-    durations = Durations()
+    stored = FromDatabase()
 
     async def html(request: Request) -> Response:
         console = console_of(request)
-        models = await model_statuses(console, durations)
+        models = await model_statuses(console, stored)
         account = await current_account(request)
         return page(request, "status.html", account, models=models)
 
     async def as_json(request: Request) -> Response:
-        models = await model_statuses(console_of(request), durations)
+        models = await model_statuses(console_of(request), stored)
         return JSONResponse(
             {
                 "object": "status",
