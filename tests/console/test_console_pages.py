@@ -189,7 +189,7 @@ def test_usage_export_csv(console: ConsoleStack) -> None:
     today = datetime.now(UTC).date().isoformat()
     admin = console.sign_in("root")
     # The record is completed by the audit writer moments after the answer.
-    settled(admin, "/console/admin/audit?model=chat-ollama&status=ok", "badge ok\">ok<")
+    settled(admin, "/console/admin/audit?model=chat-ollama&status=ok", 'badge ok">ok<')
     r = admin.get("/console/admin/usage.csv", params={"since": today, "until": today})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(r.text)))
