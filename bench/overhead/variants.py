@@ -67,7 +67,7 @@ _STARLETTE_FRONT = """    from starlette.applications import Starlette as _S
             await _dispatch(scope, receive, send)
     app = _App()"""
 
-# The request waits for its clean-up (slot, audit outcome queued, limits settled in Redis)
+# The request waits for its clean-up (slot, audit outcome queued, limits settled in Redis, metrics)
 # before its response goes out; here the clean-up runs on after the response.
 _CLOSE_BEHIND = """
 import asyncio as _mr_asyncio
