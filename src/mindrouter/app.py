@@ -60,7 +60,7 @@ def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
         ctx = getattr(request.state, "ctx", None)
         # The route knows its dialect best: `GET /v1/models` answers Anthropic clients too.
         dialect = ctx.dialect if ctx is not None else dialect_for_path(request.url.path)
-        if ctx is not None and not ctx.recorded:
+        if ctx is not None and ctx.outcome is None:
             # Refused before the pipeline ran (bad key, bad body, unknown model ...).
             metrics.requests.labels(dialect, "unknown", "none", "rejected").inc()
             metrics.errors.labels(dialect, "unknown", exc.kind).inc()
