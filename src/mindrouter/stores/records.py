@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypedDict
 
+from mindrouter.routing.backend_config import BackendConfig
+
 # Limit fields a user may override; None in an override means "inherit the group's value".
 LIMIT_FIELDS = ("scheduler_weight", "token_budget", "rpm", "max_concurrent", "budget_period_days")
 
@@ -120,23 +122,12 @@ class KeyRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class BackendModelRow:
-    name: str  # the gateway's model name
-    upstream: str  # the name the backend serves it under
-
-
-@dataclass(frozen=True, slots=True)
 class Backend:
+    """A backend's row: its configuration (the file-only fields at their defaults, see
+    `routing/backend_config.py`) and the row's own id and time of the last change."""
+
     id: int
-    name: str
-    engine: str
-    url: str
-    gpu: str | None
-    max_concurrent: int
-    priority: int
-    enabled: bool
-    # None: the backend serves whatever it reports; otherwise exactly these models.
-    models: list[BackendModelRow] | None
+    config: BackendConfig
     updated_at: datetime
 
 
@@ -149,16 +140,6 @@ class Model:
     aliases: list[str]
     enabled: bool
     updated_at: datetime
-
-
-class BackendChanges(TypedDict, total=False):
-    engine: str
-    url: str
-    gpu: str | None
-    max_concurrent: int
-    priority: int
-    enabled: bool
-    models: list[BackendModelRow] | None
 
 
 class ModelChanges(TypedDict, total=False):
