@@ -1,7 +1,8 @@
 """Plain data that crosses the store ports: groups, users, keys, backends, models, usage.
 
-Frozen dataclasses, so the admin API can use them directly as response models and the request
-path can share them between tasks without copying. Times are timezone-aware UTC datetimes.
+Frozen dataclasses, so the admin API can use them directly as response models (a backend's row,
+which holds its `BackendConfig`, it shows flat) and the request path can share them between
+tasks without copying. Times are timezone-aware UTC datetimes.
 """
 
 from __future__ import annotations
