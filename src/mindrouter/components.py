@@ -88,7 +88,7 @@ def backend_adapter(state: BackendState, catalog: Catalog, settings: Settings) -
 
 
 def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdapter]:
-    return {b.name: backend_adapter(b, catalog, settings) for b in catalog.backends}
+    return {s.name: backend_adapter(s, catalog, settings) for s in catalog.backends}
 
 
 def build_limits(settings: Settings, metrics: Metrics) -> LimitStore:
