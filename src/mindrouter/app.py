@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 
 from mindrouter.backends.monitor import BackendMonitor
 from mindrouter.catalog_sync import CatalogSync
-from mindrouter.components import build_adapters, build_catalog, build_limits, monitor_target
+from mindrouter.components import build_adapters, build_catalog, build_limits
 from mindrouter.config_reload import ConfigReload, log_sync_report
 from mindrouter.console import build_console
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
@@ -166,9 +166,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         lambda: {m: len(jobs) for m, jobs in gate.queue.by_model().items()},
         services.clock,
     )
-    monitor = BackendMonitor(
-        catalog, [monitor_target(b) for b in settings.backends], interval=settings.health_interval_s
-    )
+    monitor = BackendMonitor(catalog, interval=settings.health_interval_s)
     catalog_sync = CatalogSync(
         stores.catalog,
         settings,

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import BackendState
 from mindrouter.stores.breakers import SharedBreakers
@@ -32,7 +33,9 @@ class Deployment(BaseDeployment[SharedBreakers]):
 
     def process(self, threshold: int = 3, **kw: Any) -> tuple[SharedBreakers, BackendState]:
         client = new_client()
-        backend = BackendState(name="gpu-1", engine="vllm", breaker=Breaker(threshold, COOLDOWN))
+        backend = BackendState(
+            BackendConfig("gpu-1", "vllm", "http://gpu-1"), breaker=Breaker(threshold, COOLDOWN)
+        )
         return self.track(SharedBreakers(client, [backend], self.prefix, **kw), client), backend
 
 
@@ -167,7 +170,11 @@ async def test_without_redis_each_process_keeps_its_own_and_catches_up_later(
 ) -> None:
     down = SharedBreakers(
         Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2),
-        [BackendState(name="gpu-1", engine="vllm", breaker=Breaker(2, COOLDOWN))],
+        [
+            BackendState(
+                BackendConfig("gpu-1", "vllm", "http://gpu-1"), breaker=Breaker(2, COOLDOWN)
+            )
+        ],
         deployment.prefix,
         timeout=0.5,
     )
