@@ -16,18 +16,12 @@ from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.routing.catalog import BackendState, Catalog
 from mindrouter.routing.select import DEFAULT_WEIGHTS, ScoreWeights
 from mindrouter.scheduling import CapacityGate, Standing
-from mindrouter.stores.audit_records import AuditOutcome, AuditStart
 from mindrouter.stores.limits import LimitStore
+from mindrouter.stores.ports import AuditSink
 
 
 class Authenticate(Protocol):
     async def authenticate(self, headers: Mapping[str, str]) -> Principal: ...
-
-
-class AuditSink(Protocol):
-    async def begin(self, record: AuditStart) -> None: ...
-
-    def complete(self, uuid: str, outcome: AuditOutcome) -> None: ...
 
 
 class SharedBreakers(Protocol):

@@ -4,7 +4,8 @@ Each is as small as the caller's need, so a stage can be tested against an in-me
 
     KeyLookup    authenticate: keys by prefix, the auth epoch, last-used times
     AuditSink    audit: begin (durable before the request runs), complete (queued)
-    UsageLedger  account: period and lifetime token counters
+    UsageLedger  account: a user's period and lifetime token counters, and their last minute of
+                 admissions and requests in flight, loaded into the limit store
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ class AuditSink(Protocol):
 
 
 class UsageLedger(Protocol):
-    async def add_usage(self, user_id: int, tokens: int, now: datetime) -> UsageCounters:
-        """Charges tokens, first rolling the period over if it has ended; returns the totals."""
-        ...
-
     async def get_usage(self, user_id: int, now: datetime | None = None) -> UsageCounters:
         """The counters as of `now` (a period that has ended reads as empty)."""
+        ...
+
+    async def recent_activity(self, user_id: int, now: datetime) -> tuple[list[datetime], int]:
+        """The admission times of the user's last minute before `now`, and how many of their
+        requests are still in flight."""
         ...
