@@ -218,8 +218,7 @@ class SharedBreakers(SharedStore):
             for i, b in enumerate(self._backends):
                 failures, open_in, probing, opened = reply[4 * i : 4 * i + 4]
                 b.breaker.adopt(int(failures), float(open_in), probing == "1", int(opened), now)
-            self.exchanges += 1
-            self._outage.succeeded()
+            self._answered()
             return True
 
     # -- internals ------------------------------------------------------------------------------

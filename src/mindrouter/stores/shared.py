@@ -93,12 +93,23 @@ class SharedStore:
             self.sync, interval=pause, retry_after=link.retry_after, what=what, min_gap=min_gap
         )
         self._outage = Outage(down, back, link.clock)
+        self._last_ok = link.clock()  # when an exchange last reached Redis
         self.exchanges = 0
 
     @property
     def healthy(self) -> bool:
         """Whether the last exchange reached Redis."""
         return not self._outage.ongoing
+
+    def _answered(self) -> None:
+        """An exchange reached Redis."""
+        self._last_ok = self._clock()
+        self.exchanges += 1
+        self._outage.succeeded()
+
+    def _silent_for(self) -> float:
+        """Seconds since an exchange last reached Redis."""
+        return self._clock() - self._last_ok
 
     async def start(self) -> None:
         """Starts the background exchanges (a first one right away)."""

@@ -37,9 +37,9 @@ script may have run) is re-sent with the same sequence number and applied at mos
 writes made meanwhile follow in the next exchange. When Redis answers again every process pulls
 the merged counters and they agree again.
 
-Give an injected client short socket timeouts and no retries (`RedisLink.from_url` builds one): each
-exchange is bounded by `timeout` anyway, and redis-py's own retry of a script would bypass the
-sequence check. Targets a single Redis server (or a primary behind Sentinel): the script touches
+Give an injected client short socket timeouts and no retries (`RedisLink.from_url` builds
+one): each exchange is bounded by `timeout` anyway, and redis-py's own retry of a script would
+bypass the sequence check. Targets a single Redis server (or a primary behind Sentinel): the script touches
 keys of several models, which Redis Cluster would reject.
 """
 
@@ -109,7 +109,6 @@ class RedisFairShareState(SharedStore):
         # A process's pending output outlives it by this much at most (and survives this many
         # missed exchanges): long against the exchange interval, short against a stream.
         self._pending_ttl_ms = max(2000, int(sync_interval * 40_000))
-        self._last_ok = self._clock()
         self._mirror = LocalMirror(forget_after)
         self._script = lua.EXCHANGE
         self._sha: str | None = None
@@ -197,15 +196,13 @@ class RedisFairShareState(SharedStore):
                 pulled = await self._exchange(seq, batch)
             except FairShareUnavailable as exc:
                 self._degraded(str(exc))
-                if self._clock() - self._last_ok > self._pending_ttl_ms / 1000:
+                if self._silent_for() > self._pending_ttl_ms / 1000:
                     # In Redis the other processes' parts have expired by now: so here.
                     self._mirror.forget_others_pending()
                 return False
             self._in_doubt = None
-            self._last_ok = self._clock()
             self._mirror.merge(pulled)
-            self.exchanges += 1
-            self._outage.succeeded()
+            self._answered()
             return True
 
     # -- internals ------------------------------------------------------------------------------

@@ -126,7 +126,6 @@ class SharedSlots(SharedStore):
         self._deferring: dict[str, float] = {}  # model -> when its free slot was first left
         self._passed_over: dict[str, float] = {}  # backend -> since when free slots go elsewhere
         self._waiting_since = -float("inf")  # when requests last began waiting here
-        self._last_ok = self._clock()
         self.overfull = 0  # backends seen above their max_concurrent, summed over exchanges
 
     async def track(self, backends: Sequence[BackendState]) -> None:
@@ -161,7 +160,7 @@ class SharedSlots(SharedStore):
         waits, if the backend is full (the others must not fill it further), or if this is the
         first slot taken during an idle pause that has outlasted `interval` (the others have not
         heard from here as lately as they would have without the pause)."""
-        stale = self._idle and self._clock() - self._last_ok >= self.interval
+        stale = self._idle and self._silent_for() >= self.interval
         if self.contended or backend.full or stale:
             self._idle = False
             self._loop.poke()
@@ -218,7 +217,7 @@ class SharedSlots(SharedStore):
                 others = await self._exchange(slots, best)
             except SlotsUnavailable as exc:
                 self._outage.failed(str(exc))
-                if self._clock() - self._last_ok > self.ttl:
+                if self._silent_for() > self.ttl:
                     self._forget_others()  # in Redis their entries have expired by now too
                 return False
             if best and not self._mine_best:
@@ -235,9 +234,7 @@ class SharedSlots(SharedStore):
             for model, since in list(self._deferring.items()):
                 if now - since >= self.defer_limit or model not in self._others_best:
                     del self._deferring[model]
-            self._last_ok = self._clock()
-            self.exchanges += 1
-            self._outage.succeeded()
+            self._answered()
         if gate is not None:
             # Capacity may have freed elsewhere, or the others' best waiters changed.
             for model in best:
