@@ -39,8 +39,8 @@ the merged counters and they agree again.
 
 Give an injected client short socket timeouts and no retries (`RedisLink.from_url` builds
 one): each exchange is bounded by `timeout` anyway, and redis-py's own retry of a script would
-bypass the sequence check. Targets a single Redis server (or a primary behind Sentinel): the script touches
-keys of several models, which Redis Cluster would reject.
+bypass the sequence check. Targets a single Redis server (or a primary behind Sentinel): the
+script touches keys of several models, which Redis Cluster would reject.
 """
 
 from __future__ import annotations
