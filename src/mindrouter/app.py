@@ -135,11 +135,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         draining=drain.expired,
     )
     gateway = Gateway(services)
-    metrics.watch(
-        catalog,
-        lambda: {m: len(jobs) for m, jobs in gate.queue.by_model().items()},
-        services.clock,
-    )
+    metrics.watch(catalog, gateway.views.queue_depths, services.clock)
     monitor = BackendMonitor(
         catalog, [monitor_target(b) for b in settings.backends], interval=settings.health_interval_s
     )
