@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Protocol
 
 from mindrouter.routing.catalog import BackendState
-from mindrouter.scheduling import Standing
+from mindrouter.scheduling import Arbiter, Standing
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
 from mindrouter.stores.records import KeyRecord, UsageCounters
 
@@ -88,9 +88,9 @@ class Gate(Protocol):
     def release(self, model: str) -> None: ...
 
 
-class SlotBoard(Protocol):
+class SlotBoard(Arbiter, Protocol):
     """The backend slots shared with the other gateway processes, and the arbiter of free ones
-    (`scheduling.Arbiter`)."""
+    (`defer`, asked by the capacity gate)."""
 
     @property
     def shared(self) -> bool:
@@ -111,8 +111,4 @@ class SlotBoard(Protocol):
 
     def others_best(self) -> dict[str, Standing]:
         """model -> the most deserving waiter of the other processes."""
-        ...
-
-    def defer(self, model: str, best_here: Standing, now: float) -> float:
-        """Seconds to leave a free slot of `model` for another process's waiter; 0: give it."""
         ...
