@@ -32,7 +32,7 @@ from mindrouter.stores.ports import BreakerBoard, Gate, SlotBoard
 from mindrouter.stores.redis_client import short_timeout_client
 
 # What a round trip to Redis may raise: the server's refusals, the network's, a timeout.
-REDIS_ERRORS: tuple[type[Exception], ...] = (redis_errors.RedisError, OSError, TimeoutError)
+_REDIS_ERRORS: tuple[type[Exception], ...] = (redis_errors.RedisError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ class SharedStore:
     run every `pause()` seconds by the loop `start` starts; `stop` stops it, lets the store
     take its leave (`_leave`: push what is left, withdraw), and closes an owned client."""
 
-    connections = 2  # of the client `from_url` builds: the exchange, and stop()'s last one
+    connections = 2  # for `RedisLink.from_url`: the exchange, and stop()'s last one
 
     def __init__(
         self,
@@ -139,7 +139,7 @@ class SharedStore:
         try:
             async with asyncio.timeout(self.timeout):
                 yield
-        except (*REDIS_ERRORS, *also) as exc:
+        except (*_REDIS_ERRORS, *also) as exc:
             raise error(f"{type(exc).__name__}: {exc}") from exc
 
 
