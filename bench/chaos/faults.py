@@ -2,7 +2,8 @@
 
 One cycle of `cycle` seconds, repeated: a replica SIGKILLed mid-stream (started again 5 s later),
 Redis killed and started again empty, every PostgreSQL connection of the soak's database
-terminated, a replica sent SIGTERM (started again once it has drained and exited); one backend
+terminated, a replica taken out of the proxy's rotation and sent SIGTERM a second later (started
+again once it has drained and exited); one backend
 fails half its requests for a fifth of the cycle, another hangs for a fifth.
 """
 
@@ -22,6 +23,7 @@ from bench.chaos.stack import Stack
 from mindrouter.stores.sql.schema import audit_records, instances
 
 POLL_S = 0.25
+PRE_STOP_S = 1.0
 
 
 @dataclass
@@ -162,6 +164,12 @@ class Schedule:
         replica = self.stack.replicas[(n + 1) % len(self.stack.replicas)]
         if replica.proc is None:
             return
+        # A rolling restart as the shipped manifests do it: out of the load balancer first, a
+        # short pause (their preStop), then SIGTERM. A connection the kernel had queued for a
+        # listener that then closes is reset unanswered, by any server: only the load balancer
+        # can keep new connections away.
+        replica.in_rotation = False
+        await asyncio.sleep(PRE_STOP_S)
         replica.signal(signal.SIGTERM)
         sent = time.time()
         code = await asyncio.to_thread(replica.wait, 60)

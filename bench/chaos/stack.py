@@ -58,15 +58,18 @@ class Replica:
     logs: Path
     proc: GatewayProcess | None = None
     starts: int = 0
+    # Out of the proxy's rotation: what an orchestrator does before it stops a replica.
+    in_rotation: bool = True
 
     def start(self) -> None:
         self.starts += 1
+        self.in_rotation = True
         self.proc = GatewayProcess(self.config, self.logs / f"{self.name}-{self.starts}.log")
         self.proc.start().wait_ready()
 
     @property
     def address(self) -> tuple[str, int] | None:
-        if self.proc is None or not self.proc.url:
+        if self.proc is None or not self.proc.url or not self.in_rotation:
             return None
         host, port = self.proc.url.removeprefix("http://").rsplit(":", 1)
         return host, int(port)

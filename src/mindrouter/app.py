@@ -225,6 +225,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         body_timeout_s=settings.body_timeout_s,
         trusted_proxies=trusted,
+        drain=drain,
         metrics_token=settings.metrics_token,
     )
     _error_handlers(app, metrics)

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
@@ -29,6 +30,7 @@ from tests.gateway.stack import prepare_database
 from tests.gateway.test_resilience import (
     DIALECTS,
     HTTP,
+    MODEL,
     PATHS,
     Cluster,
     backend,
@@ -332,3 +334,20 @@ def test_readyz_does_not_depend_on_the_backends(cluster_factory: Callable[..., C
     r = HTTP.get(c.url + "/readyz")
     assert r.status_code == 200, r.text
     assert r.json()["checks"] == {"database": "ok", "backends": "none healthy"}
+
+
+def test_once_draining_every_answer_closes_its_connection(
+    cluster_factory: Callable[..., Cluster],
+) -> None:
+    """After SIGTERM a client's keep-alive connection is closed by the answer it gets, never
+    while idle under a request the client has just sent."""
+    c = cluster_factory([backend("one", ollama_sim())])
+    with httpx.Client(base_url=c.url) as client:
+        assert "close" not in client.get("/healthz").headers.get("connection", "")
+        c.app.state.drain.begin()
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["status"] == "draining"
+        assert ready.headers["connection"] == "close"
+        answer = post(c, "openai", model=MODEL, messages=[{"role": "user", "content": "hi"}])
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["connection"] == "close"

@@ -12,8 +12,9 @@ without doing anything:
 - the body is bounded as it streams in: a declared length over `max_body_bytes` is refused at
   once, and a body (chunked or not) that passes the limit is cut with 413 at the chunk that
   passes it; a body that stops arriving for `body_timeout_s` gets 408;
-- a response sent before the request body was read, or a 500, carries `Connection: close`, so a
-  client never sends its next request on a connection the server is about to drop;
+- a response sent before the request body was read, a 500, or any response once the process is
+  draining (SIGTERM), carries `Connection: close`, so a client never sends its next request on
+  a connection the server is about to drop;
 - a client that leaves while its body is being read ends the request quietly.
 
 The principal found here is left in the request's state, where the routes take it from.
@@ -43,6 +44,7 @@ from mindrouter.http.errors import dialect_for_path, error_response
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import new_request_id
+from mindrouter.pipeline.drain import Drain
 
 Access = Literal["open", "key", "admin", "metrics"]
 
@@ -110,9 +112,11 @@ class Edge:
         max_body_bytes: int,
         body_timeout_s: float,
         trusted_proxies: TrustedProxies,
+        drain: Drain,
         metrics_token: str | None = None,
     ) -> None:
         self.app = app
+        self._drain = drain
         self._auth = authenticator
         self._limit = max_body_bytes
         self._idle = body_timeout_s
@@ -128,7 +132,7 @@ class Edge:
 
         async def guarded_send(message: Message) -> None:
             if message["type"] == "http.response.start" and (
-                message["status"] == 500 or not body.complete
+                message["status"] == 500 or not body.complete or self._drain.started
             ):
                 headers = [(k, v) for k, v in message.get("headers", []) if k != b"connection"]
                 message = {**message, "headers": [*headers, (b"connection", b"close")]}
