@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from mindrouter.observability.metrics import Metrics
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.catalog import BackendState, Catalog, ModelSpec
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -31,7 +32,8 @@ def test_the_committed_dashboard_is_what_the_script_makes() -> None:
 def test_every_queried_series_is_exported() -> None:
     metrics = Metrics()
     catalog = Catalog(
-        [ModelSpec("m")], [BackendState(name="gpu-1", engine="vllm", serves={"m": "m"})]
+        [ModelSpec("m")],
+        [BackendState(BackendConfig("gpu-1", "vllm", "http://gpu-1"), serves={"m": "m"})],
     )
     metrics.watch(catalog, lambda: {"m": 0}, time.monotonic)
     exported = set(re.findall(r"^# TYPE (\S+) (\S+)", metrics.exposition().decode(), re.M))

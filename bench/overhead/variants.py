@@ -67,16 +67,14 @@ _STARLETTE_FRONT = """    from starlette.applications import Starlette as _S
             await _dispatch(scope, receive, send)
     app = _App()"""
 
-# The request waits for its clean-up (slot, audit outcome queued, limits settled in Redis)
+# The request waits for its clean-up (slot, audit outcome queued, limits settled in Redis, metrics)
 # before its response goes out; here the clean-up runs on after the response.
 _CLOSE_BEHIND = """
 import asyncio as _mr_asyncio
 from mindrouter.pipeline import flight as _mr_flight
-async def _mr_close(self, status, usage, output, error):
-    if self._closed:
-        return
-    self._closed = True
-    task = _mr_asyncio.ensure_future(self._close(status, usage, output, error))
+_mr_close_now = _mr_flight.Flight.close
+async def _mr_close(self):
+    task = _mr_asyncio.ensure_future(_mr_close_now(self))
     _mr_flight._CLOSING.add(task)
     task.add_done_callback(_mr_flight._CLOSING.discard)
 _mr_flight.Flight.close = _mr_close

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from mindrouter.backends.base import ENGINES
 from mindrouter.cli_support import (
     add_switch,
     add_verb,
@@ -29,10 +28,9 @@ from mindrouter.cli_support import (
 )
 from mindrouter.errors import InvalidRequest
 from mindrouter.identity.passwords import Passwords, password_problem
+from mindrouter.routing.backend_config import ENGINES, BackendConfig, BackendModel
 from mindrouter.settings import load_settings
 from mindrouter.stores.records import (
-    BackendChanges,
-    BackendModelRow,
     GroupChanges,
     GroupLimits,
     LimitOverrides,
@@ -198,23 +196,22 @@ async def _groups_update(stores: SqlStores, ns: argparse.Namespace) -> None:
 # -- backends --------------------------------------------------------------------------------
 
 
-def _served(specs: list[str] | None) -> list[BackendModelRow] | None:
+def _served(specs: list[str] | None) -> list[BackendModel] | None:
     if specs is None:
         return None
-    return [BackendModelRow(*s.split("=", 1)) if "=" in s else BackendModelRow(s, s) for s in specs]
+    return [BackendModel(*s.split("=", 1)) if "=" in s else BackendModel(s, s) for s in specs]
 
 
 async def _backends_list(stores: SqlStores, ns: argparse.Namespace) -> None:
     rows = [
         [
             *(
-                getattr(b, f)
-                for f in ("name", "engine", "url", "gpu", "max_concurrent", "priority")
+                getattr(c, f)
+                for f in ("name", "engine", "url", "gpu", "max_concurrent", "priority", "enabled")
             ),
-            b.enabled,
-            "(discovered)" if b.models is None else ",".join(m.name for m in b.models),
+            "(discovered)" if c.models is None else ",".join(m.name for m in c.models),
         ]
-        for b in await stores.catalog.list_backends()
+        for c in (b.config for b in await stores.catalog.list_backends())
     ]
     print_table(("NAME", "ENGINE", "URL", "GPU", "SLOTS", "PRIORITY", "ENABLED", "MODELS"), rows)
 
@@ -222,17 +219,16 @@ async def _backends_list(stores: SqlStores, ns: argparse.Namespace) -> None:
 async def _backends_create(stores: SqlStores, ns: argparse.Namespace) -> None:
     given = given_options(ns, ("gpu", "max_concurrent", "priority")).items()
     fields = {f: v for f, v in given if v is not None}
-    backend = await stores.catalog.create_backend(
-        ns.name, ns.engine, ns.url, models=_served(ns.model), **fields
-    )
-    print(f"created backend {backend.name}")
+    config = BackendConfig(ns.name, ns.engine, ns.url, models=_served(ns.model), **fields)
+    backend = await stores.catalog.create_backend(config)
+    print(f"created backend {backend.config.name}")
 
 
 async def _backends_update(stores: SqlStores, ns: argparse.Namespace) -> None:
     changes = given_options(ns, ("engine", "url", "gpu", "max_concurrent", "priority", "enabled"))
     if hasattr(ns, "model"):
         changes["models"] = _served(ns.model)
-    await stores.catalog.update_backend(ns.name, cast(BackendChanges, changes))
+    await stores.catalog.update_backend(ns.name, changes)
     print(f"updated backend {ns.name}")
 
 

@@ -16,13 +16,7 @@ from starlette.routing import Mount, Route
 
 from mindrouter.backends.monitor import BackendMonitor
 from mindrouter.catalog_sync import CatalogSync
-from mindrouter.components import (
-    build_adapters,
-    build_catalog,
-    build_limits,
-    build_sharing,
-    monitor_target,
-)
+from mindrouter.components import build_adapters, build_catalog, build_limits, build_sharing
 from mindrouter.config_reload import ConfigReload, log_sync_report
 from mindrouter.console import build_console
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
@@ -63,7 +57,7 @@ def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
         ctx = getattr(request.state, "ctx", None)
         # The route knows its dialect best: `GET /v1/models` answers Anthropic clients too.
         dialect = ctx.dialect if ctx is not None else dialect_for_path(request.url.path)
-        if ctx is not None and not ctx.recorded:
+        if ctx is not None and ctx.outcome is None:
             # Refused before the pipeline ran (bad key, bad body, unknown model ...).
             metrics.requests.labels(dialect, "unknown", "none", "rejected").inc()
             metrics.errors.labels(dialect, "unknown", exc.kind).inc()
@@ -136,9 +130,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     )
     gateway = Gateway(services)
     metrics.watch(catalog, gateway.views.queue_depths, services.clock)
-    monitor = BackendMonitor(
-        catalog, [monitor_target(b) for b in settings.backends], interval=settings.health_interval_s
-    )
+    monitor = BackendMonitor(catalog, interval=settings.health_interval_s)
     catalog_sync = CatalogSync(
         stores.catalog,
         settings,

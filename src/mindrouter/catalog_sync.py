@@ -13,21 +13,24 @@ moved, the process reads the rows and applies them in place:
 - a disabled or deleted model is no longer listed or served.
 
 A backend's `api_key` and `structured_output` are not columns (a secret stays out of the
-database): a row takes them from the file's backend of the same name, if there is one.
+database): a row's configuration takes them from the file's backend of the same name, if there
+is one (`with_file_fields`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.backends.monitor import BackendMonitor
 from mindrouter.backends.ollama import OllamaAdapter
-from mindrouter.components import backend_adapter, backend_state, model_specs, monitor_target
+from mindrouter.components import backend_adapter, backend_state, model_specs
 from mindrouter.observability.logging import log
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.catalog import BackendState, Catalog
 from mindrouter.scheduling import CapacityGate
-from mindrouter.settings import BackendModel, BackendSettings, ModelSettings, Settings
+from mindrouter.settings import ModelSettings, Settings
 from mindrouter.stores.outage import ExchangeLoop
 from mindrouter.stores.ports import BreakerBoard, SlotBoard
 from mindrouter.stores.records import Backend
@@ -37,24 +40,14 @@ from mindrouter.stores.sql.catalog import CatalogRows, SqlCatalog
 POLL_INTERVAL = 0.5
 
 
-def settings_of(row: Backend, file: BackendSettings | None) -> BackendSettings:
-    """What routing needs of a backend row, with what only the file holds."""
-    return BackendSettings(
-        name=row.name,
-        engine=row.engine,  # type: ignore[arg-type]
-        url=row.url,
-        gpu=row.gpu,
-        max_concurrent=row.max_concurrent,
-        priority=row.priority,
-        models=None
-        if row.models is None
-        else [BackendModel(m.name, m.upstream) for m in row.models],
-        api_key=file.api_key if file is not None else None,
-        structured_output=file.structured_output if file is not None else True,
-    )
+def with_file_fields(row: Backend, file: BackendConfig | None) -> BackendConfig:
+    """A row's configuration with what only the file holds of the backend of the same name."""
+    if file is None:
+        return row.config
+    return replace(row.config, api_key=file.api_key, structured_output=file.structured_output)
 
 
-def _connection(b: BackendSettings) -> tuple[str, str, str | None]:
+def _connection(b: BackendConfig) -> tuple[str, str, str | None]:
     return b.engine, b.url, b.api_key
 
 
@@ -82,7 +75,6 @@ class CatalogSync:
         self.breakers = breakers
         self.poll_interval = poll_interval
         self.epoch: int | None = None
-        self._configs: dict[str, BackendSettings] = {b.name: b for b in settings.backends}
         self._retired: list[tuple[BackendState, EngineAdapter]] = []
         self._lock = asyncio.Lock()
         self._loop = ExchangeLoop(
@@ -131,34 +123,34 @@ class CatalogSync:
         ]
         specs = model_specs(models)
         retired = frozenset(n for m in rows.models if not m.enabled for n in (m.name, *m.aliases))
-        configs = [settings_of(r, file.get(r.name)) for r in rows.backends if r.enabled]
+        configs = [
+            with_file_fields(r, file.get(r.config.name)) for r in rows.backends if r.config.enabled
+        ]
         current = {b.name: b for b in self.catalog.backends}
+        before = {name: state.config for name, state in current.items()}
         states: list[BackendState] = []
         for c in configs:
             fresh = backend_state(c, specs, self.settings)
             state = current.get(c.name)
-            before = self._configs.get(c.name)
             if state is None:
                 state = fresh
             else:
-                state.engine, state.gpu, state.features = fresh.engine, fresh.gpu, fresh.features
-                state.max_concurrent, state.priority = fresh.max_concurrent, fresh.priority
                 # A discovering backend keeps what its health checks found.
-                if c.models is not None or before is None or before.models is not None:
+                if c.models is not None or state.config.models is not None:
                     state.serves = fresh.serves
+                state.config, state.features = c, fresh.features
             states.append(state)
         self.catalog.replace(specs, states, retired)
         kept = {c.name: c for c in configs}
         for name, adapter in list(self.adapters.items()):
-            config = kept.get(name)
-            before = self._configs.get(name)
-            if config is None or before is None or _connection(config) != _connection(before):
+            config, was = kept.get(name), before.get(name)
+            if config is None or was is None or _connection(config) != _connection(was):
                 del self.adapters[name]
-                self._retired.append((current.get(name) or BackendState(name, ""), adapter))
-        for c, state in zip(configs, states, strict=True):
-            if c.name not in self.adapters:
-                self.adapters[c.name] = backend_adapter(c, state, self.catalog, self.settings)
-            elif isinstance(adapter := self.adapters[c.name], OllamaAdapter):
+                self._retired.append((current[name], adapter))
+        for state in states:
+            if state.name not in self.adapters:
+                self.adapters[state.name] = backend_adapter(state, self.catalog, self.settings)
+            elif isinstance(adapter := self.adapters[state.name], OllamaAdapter):
                 # Ollama is sent each model's context window: the described one, as it is now.
                 adapter.context_lengths = {
                     up: self.catalog.resolve(model).context_length
@@ -166,10 +158,9 @@ class CatalogSync:
                 }
         added = sorted(set(kept) - set(current))
         removed = sorted(set(current) - set(kept))
-        self._configs = kept
         await self.slots.track(states)
         await self.breakers.track(states)
-        await self.monitor.retarget([monitor_target(c) for c in configs])
+        await self.monitor.retarget()
         if added or removed:
             log.info("catalog changed", added=added, removed=removed, epoch=rows.epoch)
         # Requests waiting for a model may fit on a backend that just arrived.

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from mindrouter.backends import build_adapter
 from mindrouter.backends.base import EngineAdapter
-from mindrouter.backends.monitor import MonitorTarget
 from mindrouter.observability.logging import log
 from mindrouter.observability.metrics import Metrics
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import (
     FEATURES,
@@ -19,7 +19,7 @@ from mindrouter.routing.catalog import (
     ModelSpec,
 )
 from mindrouter.scheduling import InMemoryFairShareState
-from mindrouter.settings import BackendSettings, ModelSettings, Settings
+from mindrouter.settings import ModelSettings, Settings
 from mindrouter.stores.breakers import SharedBreakers
 from mindrouter.stores.fairshare import RedisFairShareState
 from mindrouter.stores.limits import (
@@ -33,7 +33,7 @@ from mindrouter.stores.shared import LocalBreakers, LocalSlots, RedisLink, Share
 from mindrouter.stores.slots import SharedSlots
 
 
-def backend_features(b: BackendSettings) -> frozenset[str]:
+def backend_features(b: BackendConfig) -> frozenset[str]:
     """What the backend can do besides serving its models: structured output unless the config
     says otherwise; reranking on every engine but Ollama, which has no such API."""
     features = FEATURES
@@ -56,7 +56,7 @@ def model_specs(models: list[ModelSettings]) -> list[ModelSpec]:
     ]
 
 
-def backend_state(b: BackendSettings, specs: list[ModelSpec], settings: Settings) -> BackendState:
+def backend_state(b: BackendConfig, specs: list[ModelSpec], settings: Settings) -> BackendState:
     # Without an explicit list, a backend is taken to serve every described model until its
     # first health check says what it serves.
     serves = (
@@ -65,11 +65,7 @@ def backend_state(b: BackendSettings, specs: list[ModelSpec], settings: Settings
         else {s.name: s.name for s in specs}
     )
     return BackendState(
-        name=b.name,
-        engine=b.engine,
-        max_concurrent=b.max_concurrent,
-        priority=b.priority,
-        gpu=b.gpu,
+        b,
         serves=serves,
         features=backend_features(b),
         breaker=Breaker(settings.breaker_threshold, settings.breaker_cooldown_s),
@@ -81,13 +77,12 @@ def build_catalog(settings: Settings) -> Catalog:
     return Catalog(specs, [backend_state(b, specs, settings) for b in settings.backends])
 
 
-def backend_adapter(
-    b: BackendSettings, state: BackendState, catalog: Catalog, settings: Settings
-) -> EngineAdapter:
+def backend_adapter(state: BackendState, catalog: Catalog, settings: Settings) -> EngineAdapter:
     # Ollama loads a model with the context window it is asked for; send the described one.
     contexts = {
         upstream: catalog.resolve(model).context_length for model, upstream in state.serves.items()
     }
+    b = state.config
     return build_adapter(
         b.engine,
         b.url,
@@ -99,14 +94,7 @@ def backend_adapter(
 
 
 def build_adapters(settings: Settings, catalog: Catalog) -> dict[str, EngineAdapter]:
-    return {
-        b.name: backend_adapter(b, state, catalog, settings)
-        for b, state in zip(settings.backends, catalog.backends, strict=True)
-    }
-
-
-def monitor_target(b: BackendSettings) -> MonitorTarget:
-    return MonitorTarget(b.name, b.engine, b.url, b.models is None, b.api_key)
+    return {s.name: backend_adapter(s, catalog, settings) for s in catalog.backends}
 
 
 def build_limits(settings: Settings, metrics: Metrics) -> LimitStore:

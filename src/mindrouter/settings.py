@@ -25,14 +25,9 @@ from sqlalchemy.exc import ArgumentError
 
 from mindrouter.backends.base import Timeouts
 from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.select import ScoreWeights
 from mindrouter.settings_cluster import CAPABILITIES as CAPABILITIES
-from mindrouter.settings_cluster import (
-    BackendModel as BackendModel,
-)
-from mindrouter.settings_cluster import (
-    BackendSettings as BackendSettings,
-)
 from mindrouter.settings_cluster import (
     GroupSettings,
     UserSettings,
@@ -103,7 +98,7 @@ class Settings:
     routing_weights: ScoreWeights = field(default_factory=ScoreWeights)
     groups: list[GroupSettings] = field(default_factory=list)
     users: list[UserSettings] = field(default_factory=list)
-    backends: list[BackendSettings] = field(default_factory=list)
+    backends: list[BackendConfig] = field(default_factory=list)
     models: list[ModelSettings] = field(default_factory=list)
     # The web console and its sign-in: settings_console.py reads them.
     console: ConsoleSettings = field(default_factory=ConsoleSettings)

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from mindrouter.backends.base import ENGINES, Engine
 from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS, text_problem
+from mindrouter.routing.backend_config import ENGINES, BackendConfig, BackendModel
 from mindrouter.settings_fields import Section
 
 CAPABILITIES = ("chat", "vision", "embedding", "rerank", "tools", "thinking")
@@ -39,25 +39,6 @@ class UserSettings:
 
 
 @dataclass(slots=True)
-class BackendModel:
-    name: str  # the gateway's model name
-    upstream: str  # the name the backend serves it under
-
-
-@dataclass(slots=True)
-class BackendSettings:
-    name: str
-    engine: Engine
-    url: str
-    gpu: str | None = None
-    max_concurrent: int = 8
-    priority: int = 0
-    models: list[BackendModel] | None = None
-    api_key: str | None = None
-    structured_output: bool = True
-
-
-@dataclass(slots=True)
 class ModelSettings:
     name: str
     context_length: int = 8192
@@ -69,7 +50,7 @@ class ModelSettings:
 class Cluster:
     groups: list[GroupSettings]
     users: list[UserSettings]
-    backends: list[BackendSettings]
+    backends: list[BackendConfig]
     models: list[ModelSettings]
 
 
@@ -126,7 +107,7 @@ def _url_problem(url: str) -> str | None:
     return None
 
 
-def _backend(s: Section, base: Path | None) -> BackendSettings:
+def _backend(s: Section, base: Path | None) -> BackendConfig:
     name = s.name()
     engine = s.value("engine", str, None)
     if engine not in ENGINES:
@@ -137,7 +118,7 @@ def _backend(s: Section, base: Path | None) -> BackendSettings:
         s.fail("url", "required, the backend's http(s) URL")
     elif (problem := _url_problem(url)) is not None:
         s.fail("url", problem)
-    backend = BackendSettings(
+    backend = BackendConfig(
         name=name,
         engine=engine,
         url=url.rstrip("/"),

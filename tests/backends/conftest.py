@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mindrouter.backends import EngineAdapter, build_adapter
-from mindrouter.backends.base import Engine
+from mindrouter.routing.backend_config import Engine
 from mindrouter.serving import ThreadServer
 
 from .fake_engine import FakeEngine

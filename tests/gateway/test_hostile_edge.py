@@ -9,6 +9,7 @@ import socket
 import httpx
 import pytest
 
+from mindrouter.http import bodies
 from mindrouter.stores.sql import open_stores
 from tests.gateway.stack import Stack
 
@@ -57,6 +58,24 @@ def test_deep_json_is_400_naming_the_field(
     assert r.status_code == 400
     assert shape in r.json()
     assert "nests deeper than 64" in r.text
+
+
+@pytest.mark.parametrize("size", [2 * 1024 * 1024, 6 * 1024 * 1024])  # on a thread, in the child
+def test_a_large_body_is_checked_as_a_small_one_is(stack: Stack, size: int) -> None:
+    long = "word " * (size // 5)
+    ok = {"model": "chat-vllm", "max_tokens": 5, "messages": [{"role": "user", "content": long}]}
+    r = httpx.post(stack.url + "/v1/chat/completions", json=ok, headers=stack.auth, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    broken = b'{"model": "chat-vllm", "messages": "' + long.encode()
+    r = httpx.post(
+        stack.url + "/v1/chat/completions", content=broken, headers=stack.auth, timeout=60
+    )
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    nested = {**ok, "x": deep(300)}
+    r = httpx.post(stack.url + "/api/chat", json=nested, headers=stack.auth, timeout=60)
+    assert r.status_code == 400 and "nests deeper than 64 levels (at x" in r.json()["error"]
+    if size > bodies.OFF_PROCESS_BYTES:  # the child decoded them (the gateway runs in-process)
+        assert bodies._child._pool is not None
 
 
 def test_bad_json_without_a_key_is_401_everywhere(stack: Stack) -> None:

@@ -3,6 +3,8 @@ backends serve a model; plus the routing view of a backend's state."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from mindrouter.canonical import (
@@ -14,6 +16,7 @@ from mindrouter.canonical import (
     TextPart,
 )
 from mindrouter.errors import InvalidRequest, ModelNotFound
+from mindrouter.routing.backend_config import BackendConfig, Engine
 from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import (
     DEFAULT_CONTEXT,
@@ -27,6 +30,12 @@ from mindrouter.routing.catalog import (
     guess_spec,
     required_features,
 )
+
+
+def state(name: str, engine: Engine, max_concurrent: int = 8, **fields: Any) -> BackendState:
+    return BackendState(
+        BackendConfig(name, engine, f"http://{name}", max_concurrent=max_concurrent), **fields
+    )
 
 
 def catalog(*backends: BackendState) -> Catalog:
@@ -67,7 +76,7 @@ def test_names_are_case_sensitive() -> None:
 
 
 def test_a_model_only_a_backend_names_gets_a_guessed_spec() -> None:
-    b = BackendState("b", "vllm", serves={"llama": "l", "nomic-embed-text": "e", "qwen": "q"})
+    b = state("b", "vllm", serves={"llama": "l", "nomic-embed-text": "e", "qwen": "q"})
     c = catalog(b)
     qwen = c.resolve("qwen")
     assert (qwen.capabilities, qwen.context_length) == (frozenset({"chat"}), DEFAULT_CONTEXT)
@@ -102,17 +111,17 @@ def test_a_discovered_latest_model_resolves_without_its_tag() -> None:
 
 
 def test_models_lists_only_served_models_in_config_order() -> None:
-    a = BackendState("a", "vllm", serves={"embedder": "e"})
-    b = BackendState("b", "ollama", serves={"llama": "llama3:latest", "embedder": "e2"})
+    a = state("a", "vllm", serves={"embedder": "e"})
+    b = state("b", "ollama", serves={"llama": "llama3:latest", "embedder": "e2"})
     c = catalog(a, b)
     assert [m.name for m in c.models()] == ["llama", "embedder"]
     assert [m.name for m in catalog().models()] == []
 
 
 def test_serving_pairs_each_backend_with_its_own_upstream_name() -> None:
-    a = BackendState("a", "vllm", serves={"llama": "meta-llama/Llama-3"})
-    b = BackendState("b", "ollama", serves={"llama": "llama3:latest"})
-    c = catalog(a, b, BackendState("c", "vllm", serves={"embedder": "e"}))
+    a = state("a", "vllm", serves={"llama": "meta-llama/Llama-3"})
+    b = state("b", "ollama", serves={"llama": "llama3:latest"})
+    c = catalog(a, b, state("c", "vllm", serves={"embedder": "e"}))
     assert c.serving("llama") == [(a, "meta-llama/Llama-3"), (b, "llama3:latest")]
     assert c.serving("nope") == []
 
@@ -144,7 +153,7 @@ def test_modality_checks() -> None:
 
 
 def test_backend_status_and_usability() -> None:
-    b = BackendState("b", "vllm", max_concurrent=2)
+    b = state("b", "vllm", max_concurrent=2)
     assert (b.status, b.usable(0.0), b.full) == ("HEALTHY", True, False)
     b.healthy = False
     assert (b.status, b.usable(0.0)) == ("UNHEALTHY", False)
@@ -160,7 +169,7 @@ def test_backend_status_and_usability() -> None:
 
 
 def test_ttft_and_time_per_token_are_moving_averages() -> None:
-    b = BackendState("b", "vllm")
+    b = state("b", "vllm")
     b.observe_ttft(1.0)
     b.observe_tpot(0.05)
     assert (b.ttft_ema, b.tpot_ema) == (1.0, 0.05)  # the first sample is taken as it is
@@ -185,10 +194,8 @@ def test_structured_output_is_required_only_by_json_mode_and_schemas() -> None:
 
 
 def test_room_counts_only_backends_with_the_features_required() -> None:
-    plain = BackendState(
-        "plain", "openai", max_concurrent=1, serves={"m": "m"}, features=frozenset()
-    )
-    able = BackendState("able", "vllm", max_concurrent=1, serves={"m": "m"})
+    plain = state("plain", "openai", max_concurrent=1, serves={"m": "m"}, features=frozenset())
+    able = state("able", "vllm", max_concurrent=1, serves={"m": "m"})
     cat = Catalog([ModelSpec("m")], [plain, able])
     need = frozenset({STRUCTURED_OUTPUT})
     assert cat.has_room("m", frozenset(), 0.0) and cat.has_room("m", need, 0.0)
@@ -199,7 +206,7 @@ def test_room_counts_only_backends_with_the_features_required() -> None:
 
 
 def test_a_request_no_backend_of_the_model_could_take_is_refused() -> None:
-    plain = BackendState("plain", "openai", serves={"m": "m"}, features=frozenset())
+    plain = state("plain", "openai", serves={"m": "m"}, features=frozenset())
     cat = Catalog([ModelSpec("m")], [plain])
     cat.check_features(ModelSpec("m"), frozenset())
     with pytest.raises(InvalidRequest, match="supports structured output") as err:
@@ -226,8 +233,8 @@ def test_rerank_models_are_guessed_by_name_and_checked() -> None:
 def test_reranking_needs_a_backend_with_a_rerank_api() -> None:
     req = RelevanceRequest(model="rr", queries=["q"], documents=["d"])
     assert required_features(req) == {RERANK}
-    ollama = BackendState("o", "ollama", serves={"rr": "rr"}, features=frozenset())
-    vllm = BackendState("v", "vllm", serves={"rr": "rr"})
+    ollama = state("o", "ollama", serves={"rr": "rr"}, features=frozenset())
+    vllm = state("v", "vllm", serves={"rr": "rr"})
     spec = ModelSpec("rr", capabilities=frozenset({"rerank"}))
     Catalog([spec], [ollama, vllm]).check_features(spec, frozenset({RERANK}))
     with pytest.raises(InvalidRequest, match="has a rerank API") as err:

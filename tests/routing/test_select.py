@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import STRUCTURED_OUTPUT, BackendState
 from mindrouter.routing.select import (
@@ -22,8 +23,13 @@ MODEL = "m"
 NOW = 100.0
 
 
+CONFIGURED = ("max_concurrent", "priority", "gpu")
+
+
 def be(name: str, **fields: Any) -> BackendState:
-    return BackendState(name=name, engine="vllm", serves={MODEL: f"{MODEL}-up"}, **fields)
+    configured = {f: fields.pop(f) for f in CONFIGURED if f in fields}
+    config = BackendConfig(name, "vllm", f"http://{name}", **configured)
+    return BackendState(config, serves={MODEL: f"{MODEL}-up"}, **fields)
 
 
 def order(*backends: BackendState, model: str | None = MODEL) -> list[str]:

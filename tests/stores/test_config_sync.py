@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.settings import ConfigError, settings_from_dict
 from mindrouter.stores.sql import SqlStores, apply_config
 
@@ -47,7 +48,7 @@ async def test_apply_twice_changes_nothing_the_second_time(stores: SqlStores) ->
 
     group = await stores.directory.get_group(names[0])
     assert (group.limits.scheduler_weight, group.limits.token_budget) == (3.0, 1000)
-    backend = await stores.catalog.get_backend(names[2])
+    backend = (await stores.catalog.get_backend(names[2])).config
     assert backend.gpu == "H200" and backend.models is not None
     assert [(m.name, m.upstream) for m in backend.models] == [
         (names[3], names[3]),
@@ -96,13 +97,13 @@ async def test_differences_with_the_database_are_reported(stores: SqlStores) -> 
     await apply_config(stores, settings)
     await stores.catalog.update_backend(b, {"max_concurrent": 3})
     made = unique("api-made")
-    await stores.catalog.create_backend(made, "ollama", "http://gpu2:11434")
+    await stores.catalog.create_backend(BackendConfig(made, "ollama", "http://gpu2:11434"))
     epoch = await stores.catalog.catalog_epoch()
     report = await apply_config(stores, settings)
     assert report.differences == [
         f"backend:{b} max_concurrent: 3 in the database, 8 in the file (the file's applied)"
     ]
     assert f"backend:{made}" in report.only_in_database
-    assert (await stores.catalog.get_backend(b)).max_concurrent == 8
-    assert (await stores.catalog.get_backend(made)).engine == "ollama", "left alone"
+    assert (await stores.catalog.get_backend(b)).config.max_concurrent == 8
+    assert (await stores.catalog.get_backend(made)).config.engine == "ollama", "left alone"
     assert await stores.catalog.catalog_epoch() > epoch, "routing re-reads the rows"

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import BackendState
 from mindrouter.stores.breakers import SharedBreakers
@@ -33,7 +34,9 @@ class Deployment(BaseDeployment[SharedBreakers]):
 
     def process(self, threshold: int = 3, **kw: Any) -> tuple[SharedBreakers, BackendState]:
         client = new_client()
-        backend = BackendState(name="gpu-1", engine="vllm", breaker=Breaker(threshold, COOLDOWN))
+        backend = BackendState(
+            BackendConfig("gpu-1", "vllm", "http://gpu-1"), breaker=Breaker(threshold, COOLDOWN)
+        )
         link, kw = linked(client, self.prefix, kw)
         return self.track(SharedBreakers(link, [backend], **kw), client), backend
 
@@ -173,7 +176,11 @@ async def test_without_redis_each_process_keeps_its_own_and_catches_up_later(
             deployment.prefix,
             timeout=0.5,
         ),
-        [BackendState(name="gpu-1", engine="vllm", breaker=Breaker(2, COOLDOWN))],
+        [
+            BackendState(
+                BackendConfig("gpu-1", "vllm", "http://gpu-1"), breaker=Breaker(2, COOLDOWN)
+            )
+        ],
     )
     lost = down._backends[0]
     fail(lost)

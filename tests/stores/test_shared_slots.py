@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import Standing
 from mindrouter.stores.shared import RedisLink
@@ -55,7 +56,9 @@ class Deployment(BaseDeployment[SharedSlots]):
     def process(self, client: Redis | None = None, **kw: Any) -> Process:
         client = client or new_client()
         backends = [
-            BackendState(name=n, engine="vllm", max_concurrent=2, serves={"chat": "chat"})
+            BackendState(
+                BackendConfig(n, "vllm", f"http://{n}", max_concurrent=2), serves={"chat": "chat"}
+            )
             for n in ("gpu-1", "gpu-2")
         ]
         link, kw = linked(client, self.prefix, kw)
@@ -82,7 +85,7 @@ async def sync_all(*processes: Process) -> None:
 
 def room(backend: BackendState) -> int:
     """Slots this process may take on `backend` now."""
-    return max(0, backend.max_concurrent - backend.load)
+    return max(0, backend.config.max_concurrent - backend.load)
 
 
 async def test_open_requests_of_every_process_count_against_a_backend(

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mindrouter.backends.base import ENGINES, Engine, EngineAdapter, Timeouts
+from mindrouter.backends.base import EngineAdapter, Timeouts
 from mindrouter.backends.http import DEFAULT_TIMEOUTS
 from mindrouter.backends.llamacpp import LlamaCppAdapter
 from mindrouter.backends.ollama import OllamaAdapter
 from mindrouter.backends.openai import OpenAIAdapter
 from mindrouter.backends.vllm import VLLMAdapter
+from mindrouter.routing.backend_config import ENGINES, Engine
 
 __all__ = [
-    "ENGINES",
-    "Engine",
     "EngineAdapter",
     "LlamaCppAdapter",
     "OllamaAdapter",

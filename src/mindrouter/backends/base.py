@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from mindrouter.canonical import (
     ChatRequest,
@@ -32,9 +32,7 @@ from mindrouter.canonical import (
     RelevanceResult,
     StreamEvent,
 )
-
-Engine = Literal["vllm", "ollama", "llamacpp", "openai"]
-ENGINES: tuple[Engine, ...] = ("vllm", "ollama", "llamacpp", "openai")
+from mindrouter.routing.backend_config import Engine
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from mindrouter.backends.base import Engine
 from mindrouter.backends.openai_compat import OpenAICompatAdapter, raise_unless_missing
 from mindrouter.backends.openai_wire import LLAMACPP, Flavor, encode_chat
 from mindrouter.canonical import ChatRequest
 from mindrouter.errors import UpstreamRejected
+from mindrouter.routing.backend_config import Engine
 
 Json = dict[str, Any]
 

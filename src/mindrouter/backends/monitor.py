@@ -9,7 +9,6 @@ models they serve, merged into the catalog with the context length the engine re
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 import aiohttp
 
@@ -22,33 +21,31 @@ from mindrouter.backends.probe import (
     probe_vllm,
 )
 from mindrouter.observability.logging import log
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.catalog import BackendState, Catalog
 from mindrouter.tasks import stop_task
 
 
-@dataclass(frozen=True, slots=True)
-class MonitorTarget:
-    name: str
-    engine: str
-    url: str
-    discover: bool  # no model list in the config: serve what the backend reports
-    api_key: str | None = None
+def _probed(c: BackendConfig) -> tuple[str, str, bool, str | None]:
+    """What a health check depends on: a change to any of it has the backend checked at once."""
+    return c.engine, c.url, c.models is None, c.api_key
 
 
 class BackendMonitor:
+    """Checks the catalog's backends, each as its configuration is at the time."""
+
     def __init__(
         self,
         catalog: Catalog,
-        targets: list[MonitorTarget],
         *,
         interval: float = 10.0,
         timeout: float = 5.0,
     ) -> None:
         self.catalog = catalog
-        self.targets = targets
         self.interval = interval
         self.timeout = timeout
         self._states = {b.name: b for b in catalog.backends}
+        self._probed = {b.name: _probed(b.config) for b in catalog.backends}
         self._shown: dict[str, dict[str, OllamaShown]] = {}
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
@@ -75,38 +72,38 @@ class BackendMonitor:
             except Exception:
                 log.exception("health round failed")
 
-    async def retarget(self, targets: list[MonitorTarget]) -> None:
-        """Checks `targets` (the catalog's backends, which changed) from now on; new ones and
-        ones whose address changed are checked at once, before routing relies on them."""
-        before = {t.name: t for t in self.targets}
-        self.targets = targets
+    async def retarget(self) -> None:
+        """Checks the catalog's backends (which changed) from now on; new ones and ones whose
+        address changed are checked at once, before routing relies on them."""
+        before = self._probed
         self._states = {b.name: b for b in self.catalog.backends}
-        fresh = [t for t in targets if before.get(t.name) != t]
+        self._probed = {n: _probed(b.config) for n, b in self._states.items()}
+        fresh = [b for n, b in self._states.items() if before.get(n) != self._probed[n]]
         if fresh and self._session is not None:
-            await asyncio.gather(*(self.check(t) for t in fresh))
+            await asyncio.gather(*(self.check(b) for b in fresh))
 
     async def check_all(self) -> None:
-        await asyncio.gather(*(self.check(t) for t in self.targets))
+        await asyncio.gather(*(self.check(b) for b in list(self._states.values())))
 
-    async def check(self, target: MonitorTarget) -> None:
-        state = self._states.get(target.name)
-        if state is None:
+    async def check(self, state: BackendState) -> None:
+        if self._states.get(state.name) is not state:
             return  # removed from the catalog since the round began
+        config = state.config
         try:
-            probe = await self._probe(target)
+            probe = await self._probe(config)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
             probe = Probe(False, f"{type(exc).__name__}: {exc}".strip())
         was = state.healthy
-        self.apply(state, target, probe)
+        self.apply(state, config, probe)
         if was != state.healthy:
             log.warning(
                 "backend health changed",
-                backend=target.name,
+                backend=config.name,
                 healthy=state.healthy,
                 error=probe.error,
             )
 
-    async def _probe(self, t: MonitorTarget) -> Probe:
+    async def _probe(self, t: BackendConfig) -> Probe:
         assert self._session is not None
         s = self._session
         if t.engine == "vllm":
@@ -118,12 +115,14 @@ class BackendMonitor:
         headers = {"authorization": f"Bearer {t.api_key}"} if t.api_key else None
         return await probe_openai(s, t.url, headers)
 
-    def apply(self, state: BackendState, target: MonitorTarget, probe: Probe) -> None:
+    def apply(self, state: BackendState, config: BackendConfig, probe: Probe) -> None:
+        """Folds `probe`, the answer of the backend as `config` describes it, into `state`."""
         state.healthy = probe.healthy
         state.last_error = probe.error
         if not probe.healthy:
             return
-        if target.discover and probe.models:
+        # No model list in the config: serve what the backend reports.
+        if config.models is None and probe.models:
             served: dict[str, str] = {}
             for upstream, context in probe.models.items():
                 model = self.catalog.add_discovered(

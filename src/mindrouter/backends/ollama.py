@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from mindrouter.backends.base import Engine, Timeouts
+from mindrouter.backends.base import Timeouts
 from mindrouter.backends.http import DEFAULT_TIMEOUTS, StreamEvents, Upstream
 from mindrouter.backends.ollama_results import OllamaDecoder, add_usage, decode_embed
 from mindrouter.backends.ollama_wire import encode_chat, encode_embed, encode_generate
@@ -36,6 +36,7 @@ from mindrouter.canonical import (
     assemble,
 )
 from mindrouter.errors import UpstreamRejected, UpstreamUnavailable
+from mindrouter.routing.backend_config import Engine
 from mindrouter.tokens import count_text, estimate_chat_input, estimate_embedding_input
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from mindrouter.backends.base import Engine
 from mindrouter.backends.openai_compat import OpenAICompatAdapter
 from mindrouter.backends.openai_wire import GENERIC, Flavor
+from mindrouter.routing.backend_config import Engine
 
 _VERSIONED = re.compile(r"/v\d+$")
 

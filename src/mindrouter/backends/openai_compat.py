@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from mindrouter.backends.base import Engine, Timeouts
+from mindrouter.backends.base import Timeouts
 from mindrouter.backends.failures import no_choices
 from mindrouter.backends.http import DEFAULT_TIMEOUTS, StreamEvents, Upstream, load_stream_json
 from mindrouter.backends.openai_results import decode_embeddings, decode_result
@@ -34,6 +34,7 @@ from mindrouter.canonical import (
     RelevanceResult,
 )
 from mindrouter.errors import UpstreamRejected
+from mindrouter.routing.backend_config import Engine
 from mindrouter.tokens import (
     estimate_chat_input,
     estimate_completion_input,

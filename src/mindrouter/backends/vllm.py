@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from mindrouter.backends.base import Engine
 from mindrouter.backends.openai_compat import OpenAICompatAdapter, raise_unless_missing
 from mindrouter.backends.openai_wire import VLLM, Flavor, encode_chat
 from mindrouter.backends.relevance_wire import decode_score, encode_score, relevance_result
 from mindrouter.canonical import ChatRequest, RelevanceRequest, RelevanceResult
 from mindrouter.errors import UpstreamRejected
+from mindrouter.routing.backend_config import Engine
 from mindrouter.tokens import estimate_relevance_input
 
 Json = dict[str, Any]

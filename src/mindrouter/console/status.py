@@ -75,7 +75,7 @@ async def model_statuses(console: Console, stored: FromDatabase) -> list[ModelSt
         serving = [b for b, _ in gateway.catalog.serving(spec.name)]
         usable = [b for b in serving if b.usable(now)]
         waiting = depth.get(spec.name, 0)
-        slots = sum(b.max_concurrent for b in usable)
+        slots = sum(b.config.max_concurrent for b in usable)
         mean = means.get(spec.name)
         # Nothing ahead: no wait. Requests ahead but no recent duration to go by: unknown.
         estimate: float | None = None

@@ -3,7 +3,8 @@
 Admin keys only: no key or a bad one is 401, a valid non-admin key is 403. Errors have the
 OpenAI shape (`{"error": {"message", "type", "param", "code"}}`) whichever app mounts the
 router, because the route class turns gateway errors into responses itself. Request bodies are
-pydantic models and responses the stores' dataclasses, so the OpenAPI document describes both.
+pydantic models and responses the stores' dataclasses (a backend's row shown flat, `BackendOut`),
+so the OpenAPI document describes both.
 """
 
 from __future__ import annotations
@@ -17,18 +18,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from mindrouter.backends.base import Engine
 from mindrouter.bounds import INT4_MAX, INT8_MAX, MAX_EXPIRES_DAYS, date_problem, text_problem
 from mindrouter.errors import Forbidden, InvalidRequest, MindRouterError
 from mindrouter.http.errors import error_response, request_id_of
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.identity.principal import Principal
+from mindrouter.routing.backend_config import STORED, BackendConfig, BackendModel, Engine
 from mindrouter.stores.audit_records import AuditEntry, AuditFilter, AuditStatus
 from mindrouter.stores.records import (
     ApiKeyInfo,
     Backend,
-    BackendChanges,
-    BackendModelRow,
     CreatedKey,
     Group,
     GroupChanges,
@@ -134,6 +133,12 @@ class ServedModel(_Body):
     upstream: Text | None = Field(None, max_length=200)
 
 
+def _served(models: list[ServedModel] | None) -> list[BackendModel] | None:
+    if models is None:
+        return None
+    return [BackendModel(m.name, m.upstream or m.name) for m in models]
+
+
 class BackendIn(_Body):
     name: Text = Field(min_length=1, max_length=100)
     engine: Engine
@@ -144,6 +149,9 @@ class BackendIn(_Body):
     enabled: bool = True
     models: list[ServedModel] | None = None
 
+    def config(self) -> BackendConfig:
+        return BackendConfig(**self.model_dump(exclude={"models"}), models=_served(self.models))
+
 
 class BackendPatch(_Body):
     engine: Engine | None = None
@@ -153,6 +161,34 @@ class BackendPatch(_Body):
     priority: int | None = Field(None, ge=-INT4_MAX, le=INT4_MAX)
     enabled: bool | None = None
     models: list[ServedModel] | None = None
+
+    def changes(self) -> dict[str, Any]:
+        """The fields sent, as the values of `BackendConfig`'s fields of the same names."""
+        changes = self.model_dump(exclude_unset=True, exclude={"models"})
+        if "models" in self.model_fields_set:
+            changes["models"] = _served(self.models)
+        return changes
+
+
+class BackendOut(BaseModel):
+    """A backend as the API shows it: its row's stored configuration, flat, between the row's
+    id and the time it last changed (the file-only fields are never shown)."""
+
+    id: int
+    name: str
+    engine: str
+    url: str
+    gpu: str | None
+    max_concurrent: int
+    priority: int
+    enabled: bool
+    models: list[BackendModel] | None
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: Backend) -> BackendOut:
+        stored = {f: getattr(row.config, f) for f in ("name", *STORED)}
+        return cls(id=row.id, **stored, updated_at=row.updated_at)
 
 
 class ModelIn(_Body):
@@ -185,12 +221,6 @@ class ErrorBody(BaseModel):
 
 def _utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
-
-
-def _served(models: list[ServedModel] | None) -> list[BackendModelRow] | None:
-    if models is None:
-        return None
-    return [BackendModelRow(m.name, m.upstream or m.name) for m in models]
 
 
 def _validation_message(exc: RequestValidationError) -> InvalidRequest:
@@ -318,22 +348,16 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
     # -- backends and models -------------------------------------------------------------------
 
     @router.get("/backends")
-    async def list_backends() -> list[Backend]:
-        return await catalog.list_backends()
+    async def list_backends() -> list[BackendOut]:
+        return [BackendOut.of(b) for b in await catalog.list_backends()]
 
     @router.post("/backends", status_code=201)
-    async def create_backend(body: BackendIn) -> Backend:
-        fields = body.model_dump(exclude={"name", "engine", "url", "models"})
-        return await catalog.create_backend(
-            body.name, body.engine, body.url, models=_served(body.models), **fields
-        )
+    async def create_backend(body: BackendIn) -> BackendOut:
+        return BackendOut.of(await catalog.create_backend(body.config()))
 
     @router.patch("/backends/{name}")
-    async def update_backend(name: str, body: BackendPatch) -> Backend:
-        changes = body.model_dump(exclude_unset=True, exclude={"models"})
-        if "models" in body.model_fields_set:
-            changes["models"] = _served(body.models)
-        return await catalog.update_backend(name, cast(BackendChanges, changes))
+    async def update_backend(name: str, body: BackendPatch) -> BackendOut:
+        return BackendOut.of(await catalog.update_backend(name, body.changes()))
 
     @router.delete("/backends/{name}", status_code=204)
     async def delete_backend(name: str) -> None:

@@ -7,7 +7,6 @@ decoded value, so every route that reads its body this way gets all of them.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
@@ -18,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from mindrouter.canonical import Done, StreamEvent, StreamFailed
-from mindrouter.errors import InvalidRequest
+from mindrouter.http.bodies import decode_body
 from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
 
 
@@ -92,71 +91,10 @@ def client_address(peer: str | None, forwarded: str | None, trusted: TrustedProx
     return peer
 
 
-# Nesting deeper than this is refused at the edge. Later stages serialise the body again (the
-# token estimate, the request to the backend) with orjson, whose limit is 254 levels; the
-# canonical form and the backends' wire formats add a few levels of their own on the way.
-MAX_JSON_DEPTH = 64
-# Bodies larger than this are decoded and checked on a worker thread, so that one large body
-# does not hold up every other request on the event loop while it is parsed.
-OFF_LOOP_BYTES = 1024 * 1024
-
-
-def _path(parts: list[str | int]) -> str:
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
-    return out
-
-
-def check_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
-    """Raises InvalidRequest naming the first place where `value` nests deeper than `limit`."""
-    stack: list[tuple[Any, int, tuple[Any, ...]]] = [(value, 1, ())]
-    while stack:
-        node, depth, where = stack.pop()
-        items = node.items() if isinstance(node, dict) else enumerate(node)
-        for key, child in items:
-            if isinstance(child, dict | list):
-                if depth + 1 > limit:
-                    parts = [*_flatten(where), key]
-                    shown = _path(parts)
-                    if len(shown) > 120:
-                        shown = shown[:120] + "…"
-                    raise InvalidRequest(
-                        f"the request body nests deeper than {limit} levels (at {shown})",
-                        param=str(parts[0]) if parts else None,
-                    )
-                stack.append((child, depth + 1, (where, key)))
-
-
-def _flatten(where: tuple[Any, ...]) -> list[str | int]:
-    # `where` is a linked list (parent, key), built without copying a path per container.
-    keys: list[str | int] = []
-    while where:
-        where, key = where
-        keys.append(key)
-    keys.reverse()
-    return keys
-
-
-def decode_json(body: bytes) -> Any:
-    if not body:
-        raise InvalidRequest("the request body is empty; expected a JSON object")
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
-    if isinstance(value, dict | list):
-        check_depth(value)
-    return value
-
-
 async def read_json(request: Request) -> Any:
     """The body, decoded and checked. Its size and arrival are bounded by the edge middleware,
     which applies `max_body_bytes` to every route as the body streams in."""
-    body = await request.body()
-    if len(body) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(decode_json, body)
-    return decode_json(body)
+    return await decode_body(await request.body())
 
 
 def json_response(body: Any, ctx: RequestContext, status: int = 200) -> Response:

@@ -20,15 +20,15 @@ from mindrouter.routing.catalog import STRUCTURED_OUTPUT, BackendState
 def backend_view(b: BackendState, now: float) -> dict[str, Any]:
     return {
         "name": b.name,
-        "engine": b.engine,
-        "gpu": b.gpu,
+        "engine": b.config.engine,
+        "gpu": b.config.gpu,
         "status": b.status,
         "in_flight": b.in_flight,
         # The other gateway processes' open requests, as last exchanged (with Redis).
         "others_in_flight": b.others_in_flight,
-        "max_concurrent": b.max_concurrent,
+        "max_concurrent": b.config.max_concurrent,
         "engine_waiting": b.waiting,
-        "priority": b.priority,
+        "priority": b.config.priority,
         "models": dict(b.serves),
         "loaded": sorted(b.loaded),
         "ttft_ema_s": b.ttft_ema,

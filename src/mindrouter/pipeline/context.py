@@ -31,5 +31,5 @@ class RequestContext:
     attempts: int = 0
     attempt_started_at: float = 0.0
     queued_s: float = 0.0
-    recorded: bool = False  # metrics and the final log line were written
+    outcome: str | None = None  # how it ended, once its metrics and final log line are written
     first_token_at: float | None = None

@@ -1,13 +1,16 @@
 """One request's passage through the gated stages: admit, audit, schedule — and the clean-up.
 
-`Flight.open()` runs stages 4–6 (limits, the durable audit record, the fair gate); the caller
-then dispatches, holding a backend slot through `take()`; `Flight.close()` runs stage 12 exactly
-once, however the request ended, in a task that cancellation cannot interrupt:
+`open_flight` is the request's one scope: it runs stages 4–6 (limits, the durable audit record,
+the fair gate) on entry; inside it the caller dispatches, holding a backend slot through
+`take()`, and says how the request ended (`end()`, or by raising); on exit, however the request
+ended, it runs stage 12 in a task that cancellation cannot interrupt:
 
     1. release the backend slot and let the fair gate hand it to the next waiter
     2. mark the model as loaded
     3. complete the audit record (which charges the durable usage in the same transaction)
     4. settle the limit counters (quota; Redis when configured)
+    5. the request's metrics and its final log line (`outcome.py`), once it was scheduled: one
+       refused before that is the edge's refusal
 
 While it runs, the request is tracked by the process's `Recovery`, whose heartbeat checkpoints
 the tokens produced so far into the pending audit record.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -29,10 +33,11 @@ from mindrouter.canonical import (
     StreamEvent,
     Usage,
 )
-from mindrouter.errors import MindRouterError, Overloaded
+from mindrouter.errors import InternalError, MindRouterError, Overloaded
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.fit import estimate_limit, refuse_far_over
+from mindrouter.pipeline.outcome import record_outcome
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.tally import Tally
 from mindrouter.pipeline.usage_sync import limit_key
@@ -158,7 +163,11 @@ class Flight:
         self.backend: BackendState | None = None
         self.queued_ms: float | None = None
         self.tally = Tally()  # of the current attempt
-        self._closed = False
+        # How the request ended, as `end()` says; otherwise what it raised, or "cancelled".
+        self.status: Status | None = None
+        self.error: MindRouterError | None = None
+        self.usage: Usage | None = None
+        self.output: str | None = None
 
     # -- stages 4 to 6 --------------------------------------------------------------------------
 
@@ -180,35 +189,27 @@ class Flight:
             self.ticket = await s.limits.admit(limit_key(p.user_id), limits, estimate, s.wall())
         if s.leases is not None:
             s.leases.hold(self.ticket)
-        try:
-            start = AuditStart(
-                user_id=p.user_id,
-                user_name=p.user_name,
-                key_id=p.key_id,
-                key_prefix=p.key_prefix,
-                model=self.spec.name,
-                endpoint=self.ctx.endpoint,
-                messages=audit_messages(self.req),
-                stream=bool(getattr(self.req, "stream", False)),
-                client_ip=self.ctx.client_ip,
-                user_agent=self.ctx.user_agent,
-                request_id=self.ctx.request_id,
-                instance_id=s.recovery.instance_id if s.recovery is not None else None,
-            )
-        except BaseException as exc:
-            await self._refused(exc)
-            raise
+        start = AuditStart(
+            user_id=p.user_id,
+            user_name=p.user_name,
+            key_id=p.key_id,
+            key_prefix=p.key_prefix,
+            model=self.spec.name,
+            endpoint=self.ctx.endpoint,
+            messages=audit_messages(self.req),
+            stream=bool(getattr(self.req, "stream", False)),
+            client_ip=self.ctx.client_ip,
+            user_agent=self.ctx.user_agent,
+            request_id=self.ctx.request_id,
+            instance_id=s.recovery.instance_id if s.recovery is not None else None,
+        )
         # The record is committed while the request waits for a slot, so that it has its place
         # in the queue at once; `recorded` keeps it from reaching a backend before the record.
         self._audit = start
         self._begin = asyncio.ensure_future(s.audit.begin(start))
         if s.recovery is not None:
             s.recovery.track(start.uuid, lambda: self.tally.used(self.est_input))
-        try:
-            await self._schedule(self._begin)
-        except BaseException as exc:
-            await self._refused(exc)
-            raise
+        await self._schedule(self._begin)
 
     async def recorded(self) -> None:
         """Returns once the audit record is committed (raises if it could not be): called with
@@ -226,10 +227,6 @@ class Flight:
         if not begin.done() or begin.cancelled() or begin.exception() is not None:
             return None
         return self._audit.uuid
-
-    async def _refused(self, exc: BaseException) -> None:
-        status: Status = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
-        await self.close(status, exc if isinstance(exc, MindRouterError) else None)
 
     async def _schedule(self, ready: asyncio.Future[None]) -> None:
         s = self.s
@@ -296,28 +293,44 @@ class Flight:
 
     # -- stage 12 -------------------------------------------------------------------------------
 
-    async def close(
+    def end(
         self,
         status: Status,
         error: MindRouterError | None = None,
         usage: Usage | None = None,
         output: str | None = None,
-    ) -> Usage | None:
-        """`usage` and `output` default to what the last attempt produced (partial when it broke
-        off or the client left); returns the usage charged."""
-        if self._closed:
-            return None
-        self._closed = True
+    ) -> None:
+        """How the request ended. `usage` and `output` default to what the last attempt
+        produced (partial when it broke off or the client left)."""
+        self.status, self.error, self.usage, self.output = status, error, usage, output
+
+    def raised(self, exc: BaseException) -> None:
+        """The request ended by raising `exc`, unless it had already said how it ended."""
+        if self.status is not None:
+            return
+        if isinstance(exc, asyncio.CancelledError | GeneratorExit):
+            self.end("cancelled")
+        elif isinstance(exc, MindRouterError):
+            self.end("error", exc)
+        elif self.job is None:
+            # Failed before it was scheduled: the edge logs the failure, the record keeps no
+            # message of it.
+            self.end("error")
+        else:
+            self.end("error", InternalError(f"the request failed inside the gateway: {exc}"))
+
+    async def close(self) -> None:
         tally = self.tally
-        if usage is None:
-            usage = tally.used(self.est_input)
+        usage = self.usage if self.usage is not None else tally.used(self.est_input)
+        output = self.output
         if output is None and (tally.produced or tally.usage is not None):
             output = tally.text
-        task = asyncio.ensure_future(self._close(status, usage, output, error))
+        task = asyncio.ensure_future(
+            self._close(self.status or "cancelled", usage, output, self.error)
+        )
         _CLOSING.add(task)
         task.add_done_callback(_CLOSING.discard)
         await asyncio.shield(task)
-        return usage
 
     async def _close(
         self,
@@ -377,3 +390,22 @@ class Flight:
                 await s.limits.settle(ticket, used, s.wall())
             except Exception as exc:
                 log.error("settling limits failed", error=str(exc), tokens=used)
+        # 5. The request's metrics and log line.
+        if self.job is not None:
+            record_outcome(s.metrics, self.ctx, self.req.model, status, usage, error=error)
+
+
+@contextlib.asynccontextmanager
+async def open_flight(
+    services: Services, ctx: RequestContext, req: AnyRequest, spec: ModelSpec
+) -> AsyncIterator[Flight]:
+    """The request from admission to its clean-up, which runs once on the way out."""
+    flight = Flight(services, ctx, req, spec)
+    try:
+        await flight.open()
+        yield flight
+    except BaseException as exc:
+        flight.raised(exc)
+        raise
+    finally:
+        await flight.close()

@@ -1,18 +1,19 @@
 """The gateway's request path from a decoded canonical request to a backend and back.
 
-    authenticate → resolve model → Flight.open (admit, audit, fair gate)
-        → Dispatcher.run (the attempt loop) → relay → Flight.close (account)
+    authenticate → resolve model → open_flight (admit, audit, fair gate)
+        → Dispatcher.run (the attempt loop) → relay → the flight's clean-up (account)
 
-Every generation is read from an engine stream. A stream connects and waits for its first event
-before anything is sent to the client, so a failure up to that point can still be retried on
-another backend or reported with a status; a non-streamed answer is the same stream collected
-whole before it is returned, so it fails over until its end. Either way, a request that ends
-early (the client left, the engine broke off) is charged what was generated.
+Every generation is read from an engine stream, and every attempt starts the same way: connect
+and wait for the first event (`_first_of`). A stream waits for it before anything is sent to the
+client, so a failure up to that point can still be retried on another backend or reported with a
+status; a non-streamed answer is the same stream collected whole within the attempt, so it fails
+over until its end. Either way, a request that ends early (the client left, the engine broke off)
+is charged what was generated. The flight's scope is the request's: a unary call holds it around
+the dispatch, a stream from the dispatch to the end of the relay.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import TypeVar
@@ -45,9 +46,8 @@ from mindrouter.errors import (
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.dispatch import Dispatcher
-from mindrouter.pipeline.flight import Flight, Status
+from mindrouter.pipeline.flight import Flight, open_flight
 from mindrouter.pipeline.model_access import resolve_allowed, visible_models
-from mindrouter.pipeline.outcome import record_outcome
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.pipeline.views import RoutingViews
@@ -61,6 +61,7 @@ G = TypeVar("G", ChatRequest, CompletionRequest)
 T = TypeVar("T", ChatResult, EmbeddingResult, RelevanceResult)
 Events = AsyncGenerator[StreamEvent, None]
 Opener = Callable[[EngineAdapter, G], Events]
+FirstOf = Callable[[EngineAdapter, G], Awaitable[tuple[StreamEvent, Events]]]
 
 
 def _result_text(result: ChatResult | EmbeddingResult | RelevanceResult) -> str | None:
@@ -72,15 +73,6 @@ def _result_text(result: ChatResult | EmbeddingResult | RelevanceResult) -> str 
     choice = result.first
     calls = "".join(f"\n[tool call {c.name}] {c.arguments}" for c in choice.tool_calls)
     return choice.text + calls
-
-
-def _ending(exc: BaseException) -> tuple[Status, MindRouterError | None]:
-    """How a request that raised `exc` is recorded."""
-    if isinstance(exc, asyncio.CancelledError):
-        return "cancelled", None
-    if isinstance(exc, MindRouterError):
-        return "error", exc
-    return "error", InternalError(f"the request failed inside the gateway: {exc}")
 
 
 class Gateway:
@@ -156,19 +148,6 @@ class Gateway:
         check_modality(spec, req.modality)
         return spec
 
-    async def _finish(
-        self,
-        flight: Flight,
-        status: Status,
-        error: MindRouterError | None = None,
-        result: ChatResult | EmbeddingResult | RelevanceResult | None = None,
-    ) -> None:
-        """The end of a request that reached a backend's turn: accounting, then metrics."""
-        usage = result.usage if result is not None else None
-        text = _result_text(result) if result is not None else None
-        used = await flight.close(status, error, usage, text)
-        record_outcome(self.s.metrics, flight.ctx, flight.req.model, status, used, error=error)
-
     async def _unary(
         self,
         ctx: RequestContext,
@@ -176,32 +155,29 @@ class Gateway:
         attempt_for: Callable[[Flight], Callable[[EngineAdapter, R], Awaitable[T]]],
     ) -> T:
         spec = await self.resolve(ctx, req)
-        flight = Flight(self.s, ctx, req, spec)
-        await flight.open()
-        try:
+        async with open_flight(self.s, ctx, req, spec) as flight:
             result = await self.dispatch.run(flight, req, attempt_for(flight))
-        except BaseException as exc:
-            await self._finish(flight, *_ending(exc))
-            raise
-        result.model = req.model
-        await self._finish(flight, "ok", result=result)
-        return result
+            result.model = req.model
+            flight.end("ok", usage=result.usage, output=_result_text(result))
+            return result
 
     async def _collected(self, ctx: RequestContext, req: G, opener: Opener[G]) -> ChatResult:
         """A non-streamed answer: the engine's stream, read whole within the attempt."""
 
         def attempt_for(flight: Flight) -> Callable[[EngineAdapter, G], Awaitable[ChatResult]]:
+            first_of = self._first_of(flight, opener)
+
             async def collect(adapter: EngineAdapter, r: G) -> ChatResult:
                 assembler = ChatAssembler(req.model)
-                events = opener(adapter, r)
-                first = True
+                event, events = await first_of(adapter, r)
                 try:
-                    async for event in events:
-                        if first:
-                            self._first_event(flight)
-                            first = False
+                    while True:
                         flight.see(event)
                         assembler.feed(event)
+                        try:
+                            event = await anext(events)
+                        except StopAsyncIteration:
+                            break
                 finally:
                     await events.aclose()
                 if assembler.usage is None:
@@ -234,17 +210,17 @@ class Gateway:
             return
         backend.observe_tpot((self.s.clock() - first) / (usage.output_tokens - 1))
 
-    async def _open_stream(self, ctx: RequestContext, req: G, opener: Opener[G]) -> Events:
-        spec = await self.resolve(ctx, req)
-        flight = Flight(self.s, ctx, req, spec)
-        await flight.open()
+    def _first_of(self, flight: Flight, opener: Opener[G]) -> FirstOf[G]:
+        """The attempt of a generation: the engine's stream, up to its first event."""
 
         async def first_of(adapter: EngineAdapter, r: G) -> tuple[StreamEvent, Events]:
             events = opener(adapter, r)
             try:
                 first = await anext(events)
             except StopAsyncIteration:
-                raise UpstreamUnavailable("the backend sent an empty stream", ctx.backend) from None
+                raise UpstreamUnavailable(
+                    "the backend sent an empty stream", flight.ctx.backend
+                ) from None
             except BaseException:
                 await events.aclose()
                 raise
@@ -252,42 +228,50 @@ class Gateway:
             self._first_event(flight)
             return first, events
 
-        try:
-            first, events = await self.dispatch.run(flight, req, first_of)
-        except BaseException as exc:
-            await self._finish(flight, *_ending(exc))
-            raise
-        return self._relay(flight, first, events)
+        return first_of
 
-    async def _relay(self, flight: Flight, first: StreamEvent, events: Events) -> Events:
-        status: Status = "cancelled"
-        error: MindRouterError | None = None
-        event = first
-        try:
-            while True:
-                flight.see(event)
-                if isinstance(event, Done):
-                    status = "ok"
-                    self._observe_speed(flight)
+    async def _open_stream(self, ctx: RequestContext, req: G, opener: Opener[G]) -> Events:
+        spec = await self.resolve(ctx, req)
+        stream = self._stream(ctx, req, spec, opener)
+        # Runs the request up to its first event; what ended it before that is raised here,
+        # while the client can still be answered with a status.
+        await anext(stream)
+        return stream
+
+    async def _stream(
+        self, ctx: RequestContext, req: G, spec: ModelSpec, opener: Opener[G]
+    ) -> Events:
+        """A streamed request in its flight's scope: the dispatch, then the relay. It yields
+        the first event twice: once to `_open_stream`, which only waits for it, then to the
+        client."""
+        async with open_flight(self.s, ctx, req, spec) as flight:
+            event, events = await self.dispatch.run(flight, req, self._first_of(flight, opener))
+            try:
                 yield event
-                if self.s.draining():
-                    raise Overloaded(
-                        "the gateway is shutting down and its grace period for open streams "
-                        "is over; retry the request"
-                    )
-                try:
-                    event = await anext(events)
-                except StopAsyncIteration:
-                    break
-        except MindRouterError as exc:
-            status, error = "error", exc
-            if isinstance(exc, UpstreamError) and flight.backend is not None:
-                self.dispatch.attempt_failed(flight.backend, exc)
-            yield StreamFailed(exc)
-        except Exception as exc:
-            log.exception("stream relay failed", backend=flight.ctx.backend)
-            status, error = "error", InternalError(f"the stream failed inside the gateway: {exc}")
-            yield StreamFailed(error)
-        finally:
-            await events.aclose()
-            await self._finish(flight, status, error)
+                while True:
+                    flight.see(event)
+                    if isinstance(event, Done):
+                        flight.end("ok")
+                        self._observe_speed(flight)
+                    yield event
+                    if self.s.draining():
+                        raise Overloaded(
+                            "the gateway is shutting down and its grace period for open "
+                            "streams is over; retry the request"
+                        )
+                    try:
+                        event = await anext(events)
+                    except StopAsyncIteration:
+                        break
+            except MindRouterError as exc:
+                flight.end("error", exc)
+                if isinstance(exc, UpstreamError) and flight.backend is not None:
+                    self.dispatch.attempt_failed(flight.backend, exc)
+                yield StreamFailed(exc)
+            except Exception as exc:
+                log.exception("stream relay failed", backend=flight.ctx.backend)
+                error = InternalError(f"the stream failed inside the gateway: {exc}")
+                flight.end("error", error)
+                yield StreamFailed(error)
+            finally:
+                await events.aclose()

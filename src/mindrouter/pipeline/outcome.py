@@ -1,8 +1,9 @@
 """The last word on a request: its metrics and the one log line that says how it ended.
 
-Called exactly once per request that reached the pipeline, after `Flight.close` has done the
-accounting, from every place a request can end (a unary answer, a stream that never opened, a
-relayed stream). `ctx.recorded` tells the error handlers at the edge that it has been done.
+Written by the clean-up of every request that was scheduled (`flight.py`), after its accounting,
+however it ended (an answer, an error, a stream that broke off or that the client left). The
+outcome it leaves on the context tells the error handlers at the edge that the request is
+accounted for; one refused before it was scheduled is logged there as a refusal.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def record_outcome(
     *,
     error: MindRouterError | None = None,
 ) -> None:
-    ctx.recorded = True
+    ctx.outcome = outcome
     backend = ctx.backend or "none"
     elapsed = time.monotonic() - ctx.received_at
     m.requests.labels(ctx.dialect, model, backend, outcome).inc()

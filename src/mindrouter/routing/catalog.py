@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from mindrouter.canonical import AnyRequest, ChatRequest, RelevanceRequest
 from mindrouter.errors import InvalidRequest, ModelNotFound
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.breaker import Breaker
 
 DEFAULT_CONTEXT = 8192
@@ -50,15 +51,12 @@ class ModelSpec:
 
 @dataclass(slots=True)
 class BackendState:
-    """A backend as the router sees it. `in_flight` is this process's count of open requests;
+    """A backend as the router sees it: its configuration (replaced when an admin changes it)
+    and what is learnt of it at run time. `in_flight` is this process's count of open requests;
     `others_in_flight` the other gateway processes' (as last exchanged through Redis, 0 without
-    it): `max_concurrent` bounds their sum, the backend's whole load."""
+    it): the configured `max_concurrent` bounds their sum, the backend's whole load."""
 
-    name: str
-    engine: str
-    max_concurrent: int = 8
-    priority: int = 0
-    gpu: str | None = None
+    config: BackendConfig
     healthy: bool = True
     draining: bool = False  # set by an admin: finish what runs, take nothing new
     in_flight: int = 0
@@ -76,6 +74,10 @@ class BackendState:
     last_error: str | None = None
 
     @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
     def status(self) -> str:
         if self.draining:
             return "DRAINING"
@@ -87,7 +89,7 @@ class BackendState:
 
     @property
     def full(self) -> bool:
-        return self.load >= self.max_concurrent
+        return self.load >= self.config.max_concurrent
 
     def observe_ttft(self, seconds: float) -> None:
         self.ttft_ema = _ema(self.ttft_ema, seconds)

@@ -82,11 +82,11 @@ def score(
 ) -> float:
     """`b`'s score for a request of `output_tokens`; `best_time` is the fastest candidate's
     predicted time (`fastest`), None to leave speed out."""
-    free = max(0.0, 1.0 - b.load / b.max_concurrent)
-    total = w.utilisation * free + w.priority * b.priority - w.queue * b.waiting
+    free = max(0.0, 1.0 - b.load / b.config.max_concurrent)
+    total = w.utilisation * free + w.priority * b.config.priority - w.queue * b.waiting
     if model in b.loaded:
         total += w.loaded
-    total += w.gpu * GPU_SCORES.get((b.gpu or "").upper(), 0.0)
+    total += w.gpu * GPU_SCORES.get((b.config.gpu or "").upper(), 0.0)
     predicted = predicted_seconds(b, output_tokens)
     if predicted is not None and best_time is not None:
         ratio = max(predicted, MIN_PREDICTED_S) / max(best_time, MIN_PREDICTED_S)

@@ -1,7 +1,8 @@
 """Plain data that crosses the store ports: groups, users, keys, backends, models, usage.
 
-Frozen dataclasses, so the admin API can use them directly as response models and the request
-path can share them between tasks without copying. Times are timezone-aware UTC datetimes.
+Frozen dataclasses, so the admin API can use them directly as response models (a backend's row,
+which holds its `BackendConfig`, it shows flat) and the request path can share them between
+tasks without copying. Times are timezone-aware UTC datetimes.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypedDict
+
+from mindrouter.routing.backend_config import BackendConfig
 
 # Limit fields a user may override; None in an override means "inherit the group's value".
 LIMIT_FIELDS = ("scheduler_weight", "token_budget", "rpm", "max_concurrent", "budget_period_days")
@@ -120,23 +123,12 @@ class KeyRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class BackendModelRow:
-    name: str  # the gateway's model name
-    upstream: str  # the name the backend serves it under
-
-
-@dataclass(frozen=True, slots=True)
 class Backend:
+    """A backend's row: its configuration (the file-only fields at their defaults, see
+    `routing/backend_config.py`) and the row's own id and time of the last change."""
+
     id: int
-    name: str
-    engine: str
-    url: str
-    gpu: str | None
-    max_concurrent: int
-    priority: int
-    enabled: bool
-    # None: the backend serves whatever it reports; otherwise exactly these models.
-    models: list[BackendModelRow] | None
+    config: BackendConfig
     updated_at: datetime
 
 
@@ -149,16 +141,6 @@ class Model:
     aliases: list[str]
     enabled: bool
     updated_at: datetime
-
-
-class BackendChanges(TypedDict, total=False):
-    engine: str
-    url: str
-    gpu: str | None
-    max_concurrent: int
-    priority: int
-    enabled: bool
-    models: list[BackendModelRow] | None
 
 
 class ModelChanges(TypedDict, total=False):

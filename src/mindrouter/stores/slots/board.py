@@ -224,7 +224,7 @@ class SharedSlots(SharedStore):
                 self._waiting_since = self._clock()
             for b in self._backends:
                 b.others_in_flight = self._others_share(b, others, best)
-                if b.load > b.max_concurrent:
+                if b.load > b.config.max_concurrent:
                     self.overfull += 1
             self._others_best = best_by_model({p: seen.best for p, seen in others.items()})
             self._mine_best = best
@@ -257,7 +257,7 @@ class SharedSlots(SharedStore):
         requests, plus the free slots that go to the others until the next exchange (divided
         as `division.py` says)."""
         taken = sum(seen.slots.get(b.name, 0) for seen in others.values())
-        free = b.max_concurrent - taken - b.in_flight
+        free = b.config.max_concurrent - taken - b.in_flight
         if free <= 0 or not others:
             self._passed_over.pop(b.name, None)
             return taken

@@ -9,6 +9,7 @@ engine or capability, a bad URL).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,31 +17,33 @@ from sqlalchemy import Table, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from mindrouter.errors import NotFound
-from mindrouter.stores.records import (
-    Backend,
-    BackendChanges,
-    BackendModelRow,
-    Model,
-    ModelChanges,
-)
+from mindrouter.routing.backend_config import STORED, BackendConfig, BackendModel
+from mindrouter.stores.records import Backend, Model, ModelChanges
 from mindrouter.stores.sql.checks import check_backend, check_model
 from mindrouter.stores.sql.epoch import bump_catalog_epoch, read_catalog_epoch
 from mindrouter.stores.sql.schema import backends, models
 from mindrouter.stores.sql.transactions import AnyRow, reading, utcnow, writing
 
 
-def backend_values(changes: BackendChanges | dict[str, Any]) -> dict[str, Any]:
-    """Column values for a backend, with the served models as JSON."""
-    values: dict[str, Any] = dict(changes)
-    if "models" in values and values["models"] is not None:
+def backend_values(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Column values for some of a backend's stored fields, with the served models as JSON."""
+    unknown = sorted(set(changes) - set(STORED))
+    if unknown:
+        raise ValueError(f"a backend's {', '.join(unknown)} is not stored in the database")
+    values = dict(changes)
+    if values.get("models") is not None:
         values["models"] = [{"name": m.name, "upstream": m.upstream} for m in values["models"]]
     return values
 
 
+def stored_values(config: BackendConfig) -> dict[str, Any]:
+    """Column values for every stored field of `config` (all but its name and file-only ones)."""
+    return backend_values({f: getattr(config, f) for f in STORED})
+
+
 def backend_from_row(row: AnyRow) -> Backend:
     served = row.models
-    return Backend(
-        id=row.id,
+    config = BackendConfig(
         name=row.name,
         engine=row.engine,
         url=row.url,
@@ -50,9 +53,9 @@ def backend_from_row(row: AnyRow) -> Backend:
         enabled=bool(row.enabled),
         models=None
         if served is None
-        else [BackendModelRow(m["name"], m.get("upstream", m["name"])) for m in served],
-        updated_at=row.updated_at,
+        else [BackendModel(m["name"], m.get("upstream", m["name"])) for m in served],
     )
+    return Backend(id=row.id, config=config, updated_at=row.updated_at)
 
 
 def model_from_row(row: AnyRow) -> Model:
@@ -108,30 +111,12 @@ class SqlCatalog:
             raise NotFound(f"no backend named {name!r}")
         return backend_from_row(row)
 
-    async def create_backend(
-        self,
-        name: str,
-        engine: str,
-        url: str,
-        *,
-        gpu: str | None = None,
-        max_concurrent: int = 8,
-        priority: int = 0,
-        enabled: bool = True,
-        models: list[BackendModelRow] | None = None,
-    ) -> Backend:
-        changes: BackendChanges = {
-            "engine": engine,
-            "url": url,
-            "gpu": gpu,
-            "max_concurrent": max_concurrent,
-            "priority": priority,
-            "enabled": enabled,
-            "models": models,
-        }
-        values = backend_values(changes)
+    async def create_backend(self, config: BackendConfig) -> Backend:
+        """A row for `config`; its file-only fields are not stored."""
+        values = stored_values(config)
         check_backend(values)
         now = utcnow()
+        name = config.name
         async with writing(self.engine, f"a backend named {name!r} already exists") as conn:
             await conn.execute(
                 insert(backends).values(name=name, created_at=now, updated_at=now, **values)
@@ -139,7 +124,8 @@ class SqlCatalog:
             await bump_catalog_epoch(conn)
         return await self.get_backend(name)
 
-    async def update_backend(self, name: str, changes: BackendChanges) -> Backend:
+    async def update_backend(self, name: str, changes: Mapping[str, Any]) -> Backend:
+        """Changes the stored fields (of `BackendConfig`) given in `changes`, the others kept."""
         values = backend_values(changes)
         check_backend(values)
         await self._update(backends, name, values, "backend")

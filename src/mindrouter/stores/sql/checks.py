@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from mindrouter.backends.base import ENGINES
 from mindrouter.errors import InvalidRequest
+from mindrouter.routing.backend_config import ENGINES
 from mindrouter.settings import CAPABILITIES
 from mindrouter.stores.records import LIMIT_FIELDS
 

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from mindrouter.errors import InvalidRequest
 from mindrouter.settings import ConfigError, Settings
 from mindrouter.stores.records import LIMIT_FIELDS, GroupLimits
+from mindrouter.stores.sql.catalog import stored_values
 from mindrouter.stores.sql.epoch import bump_catalog_epoch, bump_epoch
 from mindrouter.stores.sql.schema import backends, groups, models, users
 from mindrouter.stores.sql.transactions import utcnow, writing
@@ -91,19 +92,8 @@ async def _apply(conn: AsyncConnection, settings: Settings, report: SyncReport) 
             on_create={"active": True},
         )
     for b in settings.backends:
-        served = (
-            None
-            if b.models is None
-            else [{"name": m.name, "upstream": m.upstream} for m in b.models]
-        )
-        values = {
-            "engine": b.engine,
-            "url": b.url,
-            "gpu": b.gpu,
-            "max_concurrent": b.max_concurrent,
-            "priority": b.priority,
-            "models": served,
-        }
+        values = stored_values(b)
+        del values["enabled"]  # the database's alone
         await _upsert(
             conn,
             backends,

@@ -1,0 +1,131 @@
+"""Request bodies: JSON decoded and checked, large ones in a child process.
+
+orjson holds the interpreter lock for the whole of a parse: some 50–150 ms for a 30 MB body on
+these machines. On a worker thread that still holds up the event loop, and with it every other
+request, for as long; so bodies past `OFF_PROCESS_BYTES` are parsed in a child process (one,
+started when the first such body arrives) and only the decoded value comes back, which for the
+large bodies people send (long prompts, base64 images) is a few long strings that unpickle at
+the speed of a memory copy. Should the child die, the next large body starts another; the
+body of the moment is decoded on a worker thread instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+import orjson
+
+from mindrouter.errors import InvalidRequest
+
+# Nesting deeper than this is refused at the edge. Later stages serialise the body again (the
+# token estimate, the request to the backend) with orjson, whose limit is 254 levels; the
+# canonical form and the backends' wire formats add a few levels of their own on the way.
+MAX_JSON_DEPTH = 64
+# Bodies larger than this are decoded off the event loop: on a worker thread up to
+# OFF_PROCESS_BYTES, in the child process beyond.
+OFF_LOOP_BYTES = 1024 * 1024
+OFF_PROCESS_BYTES = 4 * 1024 * 1024
+
+
+def _path(parts: list[str | int]) -> str:
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out
+
+
+def check_depth(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
+    """Raises InvalidRequest naming the first place where `value` nests deeper than `limit`."""
+    stack: list[tuple[Any, int, tuple[Any, ...]]] = [(value, 1, ())]
+    while stack:
+        node, depth, where = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    parts = [*_flatten(where), key]
+                    shown = _path(parts)
+                    if len(shown) > 120:
+                        shown = shown[:120] + "…"
+                    raise InvalidRequest(
+                        f"the request body nests deeper than {limit} levels (at {shown})",
+                        param=str(parts[0]) if parts else None,
+                    )
+                stack.append((child, depth + 1, (where, key)))
+
+
+def _flatten(where: tuple[Any, ...]) -> list[str | int]:
+    # `where` is a linked list (parent, key), built without copying a path per container.
+    keys: list[str | int] = []
+    while where:
+        where, key = where
+        keys.append(key)
+    keys.reverse()
+    return keys
+
+
+def decode_json(body: bytes) -> Any:
+    if not body:
+        raise InvalidRequest("the request body is empty; expected a JSON object")
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    if isinstance(value, dict | list):
+        check_depth(value)
+    return value
+
+
+def _decode_in_child(body: bytes) -> tuple[Any, str | None, str | None]:
+    """(value, None, None), or (None, message, param) for a body that is refused: exceptions
+    are handed back as plain values, which always cross the process boundary."""
+    try:
+        return decode_json(body), None, None
+    except InvalidRequest as exc:
+        return None, exc.message, exc.param
+
+
+class _Child:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # gateways on several threads (tests) share the child
+        self._pool: ProcessPoolExecutor | None = None
+
+    def pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                # spawn: a fork of a process with running threads and event loops is unsafe.
+                context = multiprocessing.get_context("spawn")
+                self._pool = ProcessPoolExecutor(1, mp_context=context)
+            return self._pool
+
+    def lost(self, pool: ProcessPoolExecutor) -> None:
+        with self._lock:
+            if self._pool is pool:
+                self._pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+_child = _Child()
+
+
+async def decode_body(body: bytes) -> Any:
+    """The body decoded and checked (InvalidRequest if it is not JSON or nests too deep), off
+    the event loop when it is large."""
+    if len(body) <= OFF_LOOP_BYTES:
+        return decode_json(body)
+    if len(body) <= OFF_PROCESS_BYTES:
+        return await asyncio.to_thread(decode_json, body)
+    pool = _child.pool()
+    try:
+        value, message, param = await asyncio.wrap_future(pool.submit(_decode_in_child, body))
+    except BrokenProcessPool:
+        _child.lost(pool)
+        return await asyncio.to_thread(decode_json, body)
+    if message is not None:
+        raise InvalidRequest(message, param=param)
+    return value
