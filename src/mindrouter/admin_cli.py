@@ -269,7 +269,13 @@ def add_admin_commands(sub: Subparsers) -> None:
     help_text = "apply the database migrations, then the config's groups, users, backends"
     migrate = with_config(sub.add_parser("migrate", help=help_text))
     migrate.set_defaults(run=run_command(_migrate, migrating=True))
+    _key_commands(sub)
+    _user_commands(sub)
+    _group_commands(sub)
+    _backend_commands(sub)
 
+
+def _key_commands(sub: Subparsers) -> None:
     keys = noun_verbs(sub, "keys", "API keys")
     p = add_verb(keys, "create", _keys_create, "create a key; the key is the last line printed")
     p.add_argument("--user", required=True)
@@ -281,6 +287,8 @@ def add_admin_commands(sub: Subparsers) -> None:
         "key", metavar="KEY", help="the full key, its prefix (mr2_ + 8 characters) or its id"
     )
 
+
+def _user_commands(sub: Subparsers) -> None:
     users = noun_verbs(sub, "users", "users")
     p = add_verb(users, "create", _users_create, "create a user")
     p.add_argument("name")
@@ -304,6 +312,8 @@ def add_admin_commands(sub: Subparsers) -> None:
     p.add_argument("--password-stdin", action="store_true", help="read it from standard input")
     add_switch(p, "admin", "--admin", "--no-admin")
 
+
+def _group_commands(sub: Subparsers) -> None:
     groups = noun_verbs(sub, "groups", "groups")
     p = add_verb(groups, "create", _groups_create, "create a group")
     p.add_argument("name")
@@ -317,6 +327,8 @@ def add_admin_commands(sub: Subparsers) -> None:
     _model_flag(p)
     p.add_argument("--all-models", action="store_true", help="let the group use every model again")
 
+
+def _backend_commands(sub: Subparsers) -> None:
     backends = noun_verbs(sub, "backends", "backends")
     add_verb(backends, "list", _backends_list, "list backends")
     for verb, action in (("create", _backends_create), ("update", _backends_update)):

@@ -144,17 +144,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     config_reload = ConfigReload(stores, catalog_sync, settings)
     responses = SqlResponseStore(stores.engine, settings.responses_retention_days)
     retention = AuditRetention(stores.audit_log, settings.audit_retention_days)
-    housekeeping = Housekeeping(
-        [
-            Chore("heartbeat and sweep", settings.heartbeat_s, recovery.tick),
-            Chore("expired responses", 3600.0, responses.purge),
-            *(
-                [Chore("audit retention", RETENTION_INTERVAL_S, retention.purge_once)]
-                if retention.days > 0
-                else []
-            ),
-        ]
-    )
+    housekeeping = _housekeeping(settings, recovery, responses, retention)
     runtime = Runtime(
         stores,
         authenticator,
@@ -204,6 +194,68 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.state.runtime = runtime
     app.state.drain = drain
     app.state.config_reload = config_reload
+    trusted = _edge(app, settings, authenticator, drain, metrics)
+    _probe_routes(app, settings, runtime, drain, metrics)
+    _api_routes(app, settings, gateway, stores, responses, catalog_sync, authenticator, trusted)
+    return app
+
+
+def _api_routes(
+    app: FastAPI,
+    settings: Settings,
+    gateway: Gateway,
+    stores: SqlStores,
+    responses: SqlResponseStore,
+    catalog_sync: CatalogSync,
+    authenticator: Authenticator,
+    trusted: TrustedProxies,
+) -> None:
+    # The inference routes first: routes are matched in order, and these are the hot ones.
+    app.router.routes.extend(openai_routes(gateway, settings))
+    app.router.routes.extend(responses_routes(gateway, settings, responses))
+    app.router.routes.extend(relevance_routes(gateway))
+    app.router.routes.extend(anthropic_routes(gateway, settings))
+    app.router.routes.extend(ollama_routes(gateway))
+    app.router.routes.extend(usage_routes(gateway, stores))
+    app.router.routes.extend(routing_admin_routes(gateway, catalog_sync.set_draining))
+    app.include_router(admin_router(stores, authenticator))
+    if settings.console.enabled:
+        # Last: the console's pages never stand before an API route in the matching order.
+        console = build_console(
+            settings,
+            stores=stores,
+            gateway=gateway,
+            authenticator=authenticator,
+            trusted=trusted,
+            set_draining=catalog_sync.set_draining,
+        )
+        app.router.routes.append(Mount("/console", console))
+
+
+def _housekeeping(
+    settings: Settings,
+    recovery: Recovery,
+    responses: SqlResponseStore,
+    retention: AuditRetention,
+) -> Housekeeping:
+    return Housekeeping(
+        [
+            Chore("heartbeat and sweep", settings.heartbeat_s, recovery.tick),
+            Chore("expired responses", 3600.0, responses.purge),
+            *(
+                [Chore("audit retention", RETENTION_INTERVAL_S, retention.purge_once)]
+                if retention.days > 0
+                else []
+            ),
+        ]
+    )
+
+
+def _edge(
+    app: FastAPI, settings: Settings, authenticator: Authenticator, drain: Drain, metrics: Metrics
+) -> TrustedProxies:
+    """The connection policy, the edge middleware and the error handlers; returns the trusted
+    proxies."""
     trusted = TrustedProxies(settings.trusted_proxies)
     app.state.trusted_proxies = trusted
     app.state.connection_policy = ConnectionPolicy(
@@ -222,6 +274,13 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     )
     _error_handlers(app, metrics)
     app.add_middleware(CancelOnDisconnect)
+    return trusted
+
+
+def _probe_routes(
+    app: FastAPI, settings: Settings, runtime: Runtime, drain: Drain, metrics: Metrics
+) -> None:
+    """/healthz, /readyz and /metrics (on the metrics port too, with `metrics_port`)."""
 
     async def healthz(request: Request) -> Response:
         # The pid tells apart the workers of `serve --workers` behind one port.
@@ -256,24 +315,3 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.add_route("/metrics", prometheus, methods=["GET"], include_in_schema=False)
     app.add_route("/healthz", healthz, methods=["GET"], include_in_schema=False)
     app.add_route("/readyz", readyz, methods=["GET"], include_in_schema=False)
-    # The inference routes first: routes are matched in order, and these are the hot ones.
-    app.router.routes.extend(openai_routes(gateway, settings))
-    app.router.routes.extend(responses_routes(gateway, settings, responses))
-    app.router.routes.extend(relevance_routes(gateway))
-    app.router.routes.extend(anthropic_routes(gateway, settings))
-    app.router.routes.extend(ollama_routes(gateway))
-    app.router.routes.extend(usage_routes(gateway, stores))
-    app.router.routes.extend(routing_admin_routes(gateway, catalog_sync.set_draining))
-    app.include_router(admin_router(stores, authenticator))
-    if settings.console.enabled:
-        # Last: the console's pages never stand before an API route in the matching order.
-        console = build_console(
-            settings,
-            stores=stores,
-            gateway=gateway,
-            authenticator=authenticator,
-            trusted=trusted,
-            set_draining=catalog_sync.set_draining,
-        )
-        app.router.routes.append(Mount("/console", console))
-    return app

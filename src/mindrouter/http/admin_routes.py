@@ -38,7 +38,11 @@ from mindrouter.stores.records import (
     User,
     UserChanges,
 )
+from mindrouter.stores.sql.audit_log import SqlAuditLog
 from mindrouter.stores.sql.bundle import SqlStores
+from mindrouter.stores.sql.catalog import SqlCatalog
+from mindrouter.stores.sql.directory import SqlDirectory
+from mindrouter.stores.sql.keys import SqlKeyStore
 
 Capability = Literal["chat", "vision", "embedding", "rerank", "tools", "thinking"]
 
@@ -230,7 +234,7 @@ def _validation_message(exc: RequestValidationError) -> InvalidRequest:
     return InvalidRequest(f"{where}: {message}", where)
 
 
-def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
+def _admin_route(authenticator: Authenticator) -> type[APIRoute]:
     async def require_admin(request: Request) -> Principal:
         principal = await authenticator.authenticate(request.headers)
         if not principal.is_admin:
@@ -260,18 +264,31 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
 
             return guarded
 
+    return AdminRoute
+
+
+def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": ErrorBody} for code in (400, 401, 403, 404)
     }
-    router = APIRouter(prefix="/admin", tags=["admin"], route_class=AdminRoute, responses=errors)
-    directory, keys, catalog = stores.directory, stores.keys, stores.catalog
+    router = APIRouter(
+        prefix="/admin", tags=["admin"], route_class=_admin_route(authenticator), responses=errors
+    )
 
     def changed() -> None:
         # This process sees the change at once; the others at their next epoch poll.
         authenticator.invalidate()
 
-    # -- groups ------------------------------------------------------------------------------
+    _group_routes(router, stores.directory, changed)
+    _user_routes(router, stores.directory, changed)
+    _key_routes(router, stores.keys, changed)
+    _backend_routes(router, stores.catalog)
+    _model_routes(router, stores.catalog)
+    _audit_routes(router, stores.audit_log)
+    return router
 
+
+def _group_routes(router: APIRouter, directory: SqlDirectory, changed: Callable[[], None]) -> None:
     @router.get("/groups")
     async def list_groups() -> list[Group]:
         return await directory.list_groups()
@@ -292,8 +309,8 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
     async def delete_group(name: str) -> None:
         await directory.delete_group(name)
 
-    # -- users -------------------------------------------------------------------------------
 
+def _user_routes(router: APIRouter, directory: SqlDirectory, changed: Callable[[], None]) -> None:
     @router.get("/users")
     async def list_users(group: str | None = None) -> list[User]:
         return await directory.list_users(group)
@@ -318,8 +335,8 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
         await directory.delete_user(name)
         changed()
 
-    # -- keys --------------------------------------------------------------------------------
 
+def _key_routes(router: APIRouter, keys: SqlKeyStore, changed: Callable[[], None]) -> None:
     @router.get("/keys")
     async def list_keys(user: str | None = None) -> list[ApiKeyInfo]:
         return await keys.list_keys(user)
@@ -345,8 +362,8 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
         changed()
         return info
 
-    # -- backends and models -------------------------------------------------------------------
 
+def _backend_routes(router: APIRouter, catalog: SqlCatalog) -> None:
     @router.get("/backends")
     async def list_backends() -> list[BackendOut]:
         return [BackendOut.of(b) for b in await catalog.list_backends()]
@@ -363,6 +380,8 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
     async def delete_backend(name: str) -> None:
         await catalog.delete_backend(name)
 
+
+def _model_routes(router: APIRouter, catalog: SqlCatalog) -> None:
     @router.get("/models")
     async def list_models() -> list[Model]:
         return await catalog.list_models()
@@ -380,8 +399,8 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
     async def delete_model(name: str) -> None:
         await catalog.delete_model(name)
 
-    # -- audit -------------------------------------------------------------------------------
 
+def _audit_routes(router: APIRouter, audit_log: SqlAuditLog) -> None:
     @router.get("/audit", description="Newest first, with messages and token counts.")
     async def query_audit(
         *,
@@ -394,6 +413,4 @@ def admin_router(stores: SqlStores, authenticator: Authenticator) -> APIRouter:
         limit: int = Query(100, ge=1, le=1000),
     ) -> list[AuditEntry]:
         where = AuditFilter(user, key, model, status, _utc(since), _utc(until), limit)
-        return await stores.audit_log.query(where)
-
-    return router
+        return await audit_log.query(where)
