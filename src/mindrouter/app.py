@@ -33,7 +33,7 @@ from mindrouter.http.relevance_routes import relevance_routes
 from mindrouter.http.responses_routes import responses_routes
 from mindrouter.http.routing_admin_routes import routing_admin_routes
 from mindrouter.http.usage_routes import usage_routes
-from mindrouter.identity.authenticate import Authenticator
+from mindrouter.identity.authenticate import Authenticator, AuthTuning
 from mindrouter.observability.logging import log
 from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.drain import Drain
@@ -99,7 +99,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     catalog = build_catalog(settings)
     adapters = build_adapters(settings, catalog)
     authenticator = Authenticator(
-        stores.keys, failures_per_minute=settings.auth_failures_per_minute
+        stores.keys, tuning=AuthTuning(failures_per_minute=settings.auth_failures_per_minute)
     )
     metrics = Metrics()
     limits = build_limits(settings, metrics)

@@ -64,7 +64,6 @@ class CatalogSync:
         gate: CapacityGate,
         slots: SlotBoard,
         breakers: BreakerBoard,
-        poll_interval: float = POLL_INTERVAL,
     ) -> None:
         self._rows = rows
         self.settings = settings
@@ -74,12 +73,12 @@ class CatalogSync:
         self.gate = gate
         self.slots = slots
         self.breakers = breakers
-        self.poll_interval = poll_interval
+        self.poll_interval = POLL_INTERVAL
         self.epoch: int | None = None
         self._retired: list[tuple[BackendState, EngineAdapter]] = []
         self._lock = asyncio.Lock()
         self._loop = ExchangeLoop(
-            self._poll_logged, interval=poll_interval, retry_after=poll_interval, what="catalog"
+            self._poll_logged, interval=POLL_INTERVAL, retry_after=POLL_INTERVAL, what="catalog"
         )
 
     async def start(self) -> None:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from mindrouter.errors import Unauthenticated
-from mindrouter.identity.authenticate import Authenticator
+from mindrouter.identity.authenticate import Authenticator, AuthTuning
 from mindrouter.stores.records import LimitOverrides
 
 from .fakes import FAST_HASHER, CountingHasher, FakeKeys
@@ -119,7 +119,9 @@ async def test_expiry_on_a_cached_key_uses_the_clock() -> None:
 async def test_the_poller_clears_the_cache_and_records_use() -> None:
     store = FakeKeys()
     key = store.add()
-    auth = Authenticator(store, hasher=FAST_HASHER, poll_interval=0.01, max_staleness=0.5)
+    auth = Authenticator(
+        store, hasher=FAST_HASHER, tuning=AuthTuning(poll_interval=0.01, max_staleness=0.5)
+    )
     await auth.start()
     try:
         await auth.authenticate(bearer(key))
@@ -141,7 +143,9 @@ async def test_the_poller_clears_the_cache_and_records_use() -> None:
 
 async def test_a_failing_poll_keeps_the_poller_alive() -> None:
     store = FakeKeys()
-    auth = Authenticator(store, hasher=FAST_HASHER, poll_interval=0.01, max_staleness=0.5)
+    auth = Authenticator(
+        store, hasher=FAST_HASHER, tuning=AuthTuning(poll_interval=0.01, max_staleness=0.5)
+    )
     store.failing = True
     await auth.start()
     try:
@@ -158,12 +162,14 @@ async def test_a_failing_poll_keeps_the_poller_alive() -> None:
 
 def test_the_poll_interval_must_be_inside_the_trust_window() -> None:
     with pytest.raises(ValueError):
-        Authenticator(FakeKeys(), poll_interval=1.0, max_staleness=1.0)
+        Authenticator(FakeKeys(), tuning=AuthTuning(poll_interval=1.0, max_staleness=1.0))
 
 
 async def test_an_idle_poller_reads_nothing_and_the_next_request_catches_up() -> None:
     store = FakeKeys()
-    auth = Authenticator(store, hasher=FAST_HASHER, poll_interval=0.01, max_staleness=0.02)
+    auth = Authenticator(
+        store, hasher=FAST_HASHER, tuning=AuthTuning(poll_interval=0.01, max_staleness=0.02)
+    )
     await auth.start()
     try:
         polls = store.polls

@@ -21,6 +21,7 @@ import hashlib
 import hmac
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from mindrouter.errors import RateLimited, Unauthenticated
@@ -44,29 +45,38 @@ EXPIRED = "API key expired"
 INACTIVE = "the user account of this API key is inactive"
 
 
+@dataclass(frozen=True)
+class AuthTuning:
+    """How long answers are cached and trusted, how often the epoch is polled and last uses
+    written, and how many failed attempts a minute a client or key prefix may make (0: any)."""
+
+    cache_size: int = 10_000
+    cache_ttl: float = 30.0
+    poll_interval: float = 0.5
+    max_staleness: float = 1.0
+    touch_interval: float = 30.0
+    failures_per_minute: int = 0
+
+    def __post_init__(self) -> None:
+        if self.poll_interval >= self.max_staleness:
+            raise ValueError("poll_interval must be shorter than max_staleness")
+
+
 class Authenticator:
     def __init__(
         self,
         store: KeyLookup,
         *,
         hasher: KeyHasher | None = None,
-        cache_size: int = 10_000,
-        cache_ttl: float = 30.0,
-        poll_interval: float = 0.5,
-        max_staleness: float = 1.0,
-        touch_interval: float = 30.0,
-        failures_per_minute: int = 0,
+        tuning: AuthTuning | None = None,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        if poll_interval >= max_staleness:
-            raise ValueError("poll_interval must be shorter than max_staleness")
+        tuning = tuning or AuthTuning()
         self._store = store
         self._hasher = hasher or KeyHasher()
-        self._cache = KeyCache(cache_size, cache_ttl)
-        self._poll_interval = poll_interval
-        self._max_staleness = max_staleness
-        self._touch_interval = touch_interval
+        self._cache = KeyCache(tuning.cache_size, tuning.cache_ttl)
+        self._tuning = tuning
         self._clock = clock
         self._monotonic = monotonic
         self._epoch: int | None = None
@@ -78,7 +88,7 @@ class Authenticator:
         # after a quiet spell reads it itself (`_catch_up`), once for all that arrive meanwhile.
         self._asked = False
         self._catching_up: asyncio.Future[None] | None = None
-        self._failures = FailedAttempts(failures_per_minute, monotonic)
+        self._failures = FailedAttempts(tuning.failures_per_minute, monotonic)
 
     # -- the request path ----------------------------------------------------------------------
 
@@ -190,7 +200,7 @@ class Authenticator:
         if epoch != self._epoch:
             self._epoch = epoch
             self._cache.clear()
-        self._fresh_until = started + self._max_staleness
+        self._fresh_until = started + self._tuning.max_staleness
 
     async def _poll_safely(self) -> None:
         try:
@@ -209,12 +219,12 @@ class Authenticator:
     async def _poll_forever(self) -> None:
         last_flush = self._monotonic()
         while True:
-            await asyncio.sleep(self._poll_interval)
+            await asyncio.sleep(self._tuning.poll_interval)
             # Idle: no query; the trust window runs out and the next request catches up.
             if self._asked:
                 self._asked = False
                 await self._poll_safely()
-            if self._monotonic() - last_flush >= self._touch_interval:
+            if self._monotonic() - last_flush >= self._tuning.touch_interval:
                 last_flush = self._monotonic()
                 await self._flush_uses()
 
