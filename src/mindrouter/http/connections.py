@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -50,73 +51,80 @@ HEAD_TOO_LARGE = _canned(
 def guarded_protocol(policy: ConnectionPolicy) -> type[HttpToolsProtocol]:
     """An httptools protocol class applying `policy`; one class per server, so that its count of
     connections per address covers exactly that server's connections."""
-    open_by_address: dict[str, int] = {}
 
-    class GuardedProtocol(HttpToolsProtocol):
-        _counted: str | None = None
-        _head_timer: asyncio.TimerHandle | None = None
-        _head_bytes = 0
-        _in_head = False
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            host = self.client[0] if self.client else None
-            if host is not None and policy.max_per_address and not policy.exempt(host):
-                if open_by_address.get(host, 0) >= policy.max_per_address:
-                    transport.write(TOO_MANY)
-                    transport.close()
-                    return
-                open_by_address[host] = open_by_address.get(host, 0) + 1
-                self._counted = host
-            self._start_head()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._end_head()
-            host, self._counted = self._counted, None
-            if host is not None:
-                left = open_by_address.get(host, 1) - 1
-                if left > 0:
-                    open_by_address[host] = left
-                else:
-                    open_by_address.pop(host, None)
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            # Counted only when the head is still incomplete after this read, so a body that
-            # arrives in the same read as its head does not count towards the head's size.
-            if self._in_head:
-                self._head_bytes += len(data)
-                if self._head_bytes > policy.max_head_bytes:
-                    self._refuse(HEAD_TOO_LARGE)
-
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._start_head()
-
-        def on_headers_complete(self) -> None:
-            self._end_head()
-            super().on_headers_complete()
-
-        def _start_head(self) -> None:
-            if self._in_head:
-                return
-            self._in_head = True
-            self._head_bytes = 0
-            self._head_timer = self.loop.call_later(
-                policy.header_timeout_s, self._refuse, HEAD_TIMEOUT
-            )
-
-        def _end_head(self) -> None:
-            self._in_head = False
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
-
-        def _refuse(self, response: bytes) -> None:
-            self._end_head()
-            if not self.transport.is_closing():
-                self.transport.write(response)
-                self.transport.close()
+    class GuardedProtocol(_GuardedProtocol):
+        _policy = policy
+        _open_by_address: ClassVar[dict[str, int]] = {}
 
     return GuardedProtocol
+
+
+class _GuardedProtocol(HttpToolsProtocol):
+    _policy: ClassVar[ConnectionPolicy]
+    _open_by_address: ClassVar[dict[str, int]]
+    _counted: str | None = None
+    _head_timer: asyncio.TimerHandle | None = None
+    _head_bytes = 0
+    _in_head = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        policy, open_by_address = self._policy, self._open_by_address
+        host = self.client[0] if self.client else None
+        if host is not None and policy.max_per_address and not policy.exempt(host):
+            if open_by_address.get(host, 0) >= policy.max_per_address:
+                transport.write(TOO_MANY)
+                transport.close()
+                return
+            open_by_address[host] = open_by_address.get(host, 0) + 1
+            self._counted = host
+        self._start_head()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end_head()
+        host, self._counted = self._counted, None
+        if host is not None:
+            left = self._open_by_address.get(host, 1) - 1
+            if left > 0:
+                self._open_by_address[host] = left
+            else:
+                self._open_by_address.pop(host, None)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # Counted only when the head is still incomplete after this read, so a body that
+        # arrives in the same read as its head does not count towards the head's size.
+        if self._in_head:
+            self._head_bytes += len(data)
+            if self._head_bytes > self._policy.max_head_bytes:
+                self._refuse(HEAD_TOO_LARGE)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._start_head()
+
+    def on_headers_complete(self) -> None:
+        self._end_head()
+        super().on_headers_complete()
+
+    def _start_head(self) -> None:
+        if self._in_head:
+            return
+        self._in_head = True
+        self._head_bytes = 0
+        self._head_timer = self.loop.call_later(
+            self._policy.header_timeout_s, self._refuse, HEAD_TIMEOUT
+        )
+
+    def _end_head(self) -> None:
+        self._in_head = False
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _refuse(self, response: bytes) -> None:
+        self._end_head()
+        if not self.transport.is_closing():
+            self.transport.write(response)
+            self.transport.close()

@@ -68,26 +68,33 @@ async def _collect(
     return assembler.result(), first_output
 
 
+def _view(gateway: Gateway, spec: ModelSpec, now: float) -> dialect.ModelView:
+    last = gateway.catalog.last_used(spec.name)
+    loaded = last is not None and now - last < KEEP_ALIVE_S
+    return dialect.ModelView(
+        name=spec.name,
+        context_length=spec.context_length,
+        modified_at=_now_iso(),
+        capabilities=sorted(spec.capabilities),
+        expires_at=dialect.format_rfc3339(time.time() + KEEP_ALIVE_S - (now - last))
+        if loaded and last is not None
+        else None,
+        loaded=loaded,
+    )
+
+
+def _streamer(ctx: RequestContext, model: str, generate: bool) -> StreamEncoder:
+    cls = dialect.GenerateStreamEncoder if generate else dialect.ChatStreamEncoder
+    return cls(model=model, clock=time.monotonic, started_at=ctx.received_at, now_iso=_now_iso)
+
+
 def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
     entry = Entry(gateway, "ollama")
+    return [*_inference_routes(gateway, entry), *_model_routes(gateway, entry)]
 
-    def view(spec: ModelSpec, now: float) -> dialect.ModelView:
-        last = gateway.catalog.last_used(spec.name)
-        loaded = last is not None and now - last < KEEP_ALIVE_S
-        return dialect.ModelView(
-            name=spec.name,
-            context_length=spec.context_length,
-            modified_at=_now_iso(),
-            capabilities=sorted(spec.capabilities),
-            expires_at=dialect.format_rfc3339(time.time() + KEEP_ALIVE_S - (now - last))
-            if loaded and last is not None
-            else None,
-            loaded=loaded,
-        )
 
-    def streamer(ctx: RequestContext, model: str, generate: bool) -> StreamEncoder:
-        cls = dialect.GenerateStreamEncoder if generate else dialect.ChatStreamEncoder
-        return cls(model=model, clock=time.monotonic, started_at=ctx.received_at, now_iso=_now_iso)
+def _inference_routes(gateway: Gateway, entry: Entry) -> list[BaseRoute]:
+    """/api/chat, /api/generate, /api/embed and /api/embeddings."""
 
     @entry.with_body
     async def chat(ctx: RequestContext, body: Any) -> Response:
@@ -102,7 +109,7 @@ def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
         req = dialect.decode_chat_request(body)
         events = await gateway.open_chat_stream(ctx, req)
         if req.stream:
-            return stream_response(streamer(ctx, req.model, False), events, ctx)
+            return stream_response(_streamer(ctx, req.model, False), events, ctx)
         result, first_output = await _collect(req.model, events)
         return json_response(
             dialect.encode_chat_response(
@@ -131,7 +138,7 @@ def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
         else:
             events = await gateway.open_complete_stream(ctx, req)
         if req.stream:
-            return stream_response(streamer(ctx, req.model, True), events, ctx)
+            return stream_response(_streamer(ctx, req.model, True), events, ctx)
         result, first_output = await _collect(req.model, events)
         return json_response(
             dialect.encode_generate_response(
@@ -157,23 +164,34 @@ def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
         result = await gateway.embed(ctx, req)
         return json_response(dialect.encode_embeddings_response(result), ctx)
 
+    return [
+        Route("/api/chat", chat, methods=["POST"]),
+        Route("/api/generate", generate, methods=["POST"]),
+        Route("/api/embed", embed, methods=["POST"]),
+        Route("/api/embeddings", embeddings, methods=["POST"]),
+    ]
+
+
+def _model_routes(gateway: Gateway, entry: Entry) -> list[BaseRoute]:
+    """/api/tags, /api/ps, /api/show, /api/version and the liveness probe at /."""
+
     @entry.with_request
     async def tags(ctx: RequestContext, request: Request) -> Response:
         now = time.monotonic()
-        views = [view(s, now) for s in gateway.models_for(ctx)]
+        views = [_view(gateway, s, now) for s in gateway.models_for(ctx)]
         return json_response(dialect.encode_tags(views), ctx)
 
     @entry.with_request
     async def ps(ctx: RequestContext, request: Request) -> Response:
         now = time.monotonic()
-        views = [v for v in (view(s, now) for s in gateway.models_for(ctx)) if v.loaded]
+        views = [v for v in (_view(gateway, s, now) for s in gateway.models_for(ctx)) if v.loaded]
         return json_response(dialect.encode_ps(views), ctx)
 
     @entry.with_body
     async def show(ctx: RequestContext, body: Any) -> Response:
         name = dialect.decode_show_request(body)
         spec = await gateway.model_for(ctx, name)
-        return json_response(dialect.encode_show(view(spec, time.monotonic())), ctx)
+        return json_response(dialect.encode_show(_view(gateway, spec, time.monotonic())), ctx)
 
     @entry.with_request
     async def version(ctx: RequestContext, request: Request) -> Response:
@@ -184,10 +202,6 @@ def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
         return PlainTextResponse("Ollama is running (MindRouter)")
 
     return [
-        Route("/api/chat", chat, methods=["POST"]),
-        Route("/api/generate", generate, methods=["POST"]),
-        Route("/api/embed", embed, methods=["POST"]),
-        Route("/api/embeddings", embeddings, methods=["POST"]),
         Route("/api/tags", tags, methods=["GET", "HEAD"]),
         Route("/api/ps", ps, methods=["GET"]),
         Route("/api/show", show, methods=["POST"]),

@@ -9,6 +9,7 @@ after one read. Another user's response id answers exactly like an unknown one: 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -34,32 +35,83 @@ MAX_ITEMS_PAGE = 100
 def responses_routes(
     gateway: Gateway, settings: Settings, store: SqlResponseStore
 ) -> list[BaseRoute]:
-    keep_any = settings.responses_retention_days > 0
     entry = Entry(gateway, "openai")
+    keep_any = settings.responses_retention_days > 0
+    return [
+        *_create_routes(gateway, store, entry, keep_any=keep_any),
+        *_stored_routes(store, entry),
+    ]
 
-    def owner(ctx: RequestContext) -> int:
-        assert ctx.principal is not None  # authenticate() has run
-        return ctx.principal.user_id
 
-    async def stored(ctx: RequestContext, response_id: str, param: str | None) -> StoredResponse:
-        found = await store.get(owner(ctx), response_id)
-        if found is None:
-            where = f"{param}: " if param else ""
-            raise NotFound(f"{where}no response with id '{response_id}' was found")
-        return found
+def _owner(ctx: RequestContext) -> int:
+    assert ctx.principal is not None  # authenticate() has run
+    return ctx.principal.user_id
 
-    async def history(ctx: RequestContext, body: object) -> tuple[list[JSONObject], list[Message]]:
-        """The items a request continues from (`previous_response_id`), raw and decoded."""
-        previous = dialect.peek_previous(body)
-        if previous is None:
-            return [], []
-        prior = await stored(ctx, previous, "previous_response_id")
-        items = [*prior.context, *prior.response.get("output", [])]
-        return items, dialect.decode_input(items, "previous_response_id")
+
+async def _stored(
+    store: SqlResponseStore, ctx: RequestContext, response_id: str, param: str | None
+) -> StoredResponse:
+    found = await store.get(_owner(ctx), response_id)
+    if found is None:
+        where = f"{param}: " if param else ""
+        raise NotFound(f"{where}no response with id '{response_id}' was found")
+    return found
+
+
+async def _history(
+    store: SqlResponseStore, ctx: RequestContext, body: object
+) -> tuple[list[JSONObject], list[Message]]:
+    """The items a request continues from (`previous_response_id`), raw and decoded."""
+    previous = dialect.peek_previous(body)
+    if previous is None:
+        return [], []
+    prior = await _stored(store, ctx, previous, "previous_response_id")
+    items = [*prior.context, *prior.response.get("output", [])]
+    return items, dialect.decode_input(items, "previous_response_id")
+
+
+@dataclass(frozen=True, slots=True)
+class _Keeper:
+    """Stores a finished response for its owner, when it is to be kept and did not fail."""
+
+    store: SqlResponseStore
+    enabled: bool
+    ctx: RequestContext
+    response_id: str
+    model: str
+    context: list[JSONObject]
+    prior_count: int
+
+    async def __call__(self, response: JSONObject | None) -> None:
+        if not self.enabled or response is None:
+            return
+        if response["status"] == "failed":
+            return
+        try:
+            await self.store.save(
+                StoredResponse(
+                    id=self.response_id,
+                    user_id=_owner(self.ctx),
+                    created_at=utcnow(),
+                    model=self.model,
+                    input_items=self.context[self.prior_count :],
+                    context=self.context,
+                    response=response,
+                )
+            )
+        except MindRouterError as exc:
+            # The answer itself is good; only a later chain on it will not find it.
+            log.warning("response not stored", response_id=self.response_id, error=exc.message)
+
+
+def _create_routes(
+    gateway: Gateway, store: SqlResponseStore, entry: Entry, *, keep_any: bool
+) -> list[BaseRoute]:
+    """POST /v1/responses and /v1/responses/input_tokens."""
 
     @entry.with_body
     async def create(ctx: RequestContext, body: Any) -> Response:
-        prior_items, prior = await history(ctx, body)
+        prior_items, prior = await _history(store, ctx, body)
         req, options = dialect.decode_responses_request(body, prior)
         if options.tools.dropped or options.ignored:
             log.debug(
@@ -73,29 +125,15 @@ def responses_routes(
             model=req.model,
             options=options,
         )
-        context = [*prior_items, *dialect.normalize_items(body["input"])]
-
-        async def keep(response: JSONObject | None) -> None:
-            if not (options.store and keep_any) or response is None:
-                return
-            if response["status"] == "failed":
-                return
-            try:
-                await store.save(
-                    StoredResponse(
-                        id=shape.id,
-                        user_id=owner(ctx),
-                        created_at=utcnow(),
-                        model=req.model,
-                        input_items=context[len(prior_items) :],
-                        context=context,
-                        response=response,
-                    )
-                )
-            except MindRouterError as exc:
-                # The answer itself is good; only a later chain on it will not find it.
-                log.warning("response not stored", response_id=shape.id, error=exc.message)
-
+        keep = _Keeper(
+            store,
+            enabled=bool(options.store and keep_any),
+            ctx=ctx,
+            response_id=shape.id,
+            model=req.model,
+            context=[*prior_items, *dialect.normalize_items(body["input"])],
+            prior_count=len(prior_items),
+        )
         if req.stream:
             events = await gateway.open_chat_stream(ctx, req)
             encoder = dialect.ResponsesStreamEncoder(shape)
@@ -109,30 +147,11 @@ def responses_routes(
         await keep(response)
         return json_response(response, ctx)
 
-    @entry.with_request
-    async def retrieve(ctx: RequestContext, request: Request) -> Response:
-        found = await stored(ctx, request.path_params["response_id"], None)
-        return json_response(found.response, ctx)
-
-    @entry.with_request
-    async def remove(ctx: RequestContext, request: Request) -> Response:
-        response_id = request.path_params["response_id"]
-        if not await store.delete(owner(ctx), response_id):
-            raise NotFound(f"no response with id '{response_id}' was found")
-        return json_response(
-            {"id": response_id, "object": "response.deleted", "deleted": True}, ctx
-        )
-
-    @entry.with_request
-    async def input_items(ctx: RequestContext, request: Request) -> Response:
-        found = await stored(ctx, request.path_params["response_id"], None)
-        return json_response(_page(found.input_items, request.query_params), ctx)
-
     @entry.with_body
     async def input_tokens(ctx: RequestContext, body: Any) -> Response:
         if isinstance(body, dict) and body.get("input") is None:
             body = {**body, "input": []}
-        _, prior = await history(ctx, body)
+        _, prior = await _history(store, ctx, body)
         req, _ = dialect.decode_responses_request(body, prior)
         count = await gateway.count_tokens(ctx, req)
         return json_response({"object": "response.input_tokens", "input_tokens": count}, ctx)
@@ -140,6 +159,32 @@ def responses_routes(
     return [
         Route("/v1/responses", create, methods=["POST"]),
         Route("/v1/responses/input_tokens", input_tokens, methods=["POST"]),
+    ]
+
+
+def _stored_routes(store: SqlResponseStore, entry: Entry) -> list[BaseRoute]:
+    """Retrieve, delete and list the input items of a stored response."""
+
+    @entry.with_request
+    async def retrieve(ctx: RequestContext, request: Request) -> Response:
+        found = await _stored(store, ctx, request.path_params["response_id"], None)
+        return json_response(found.response, ctx)
+
+    @entry.with_request
+    async def remove(ctx: RequestContext, request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        if not await store.delete(_owner(ctx), response_id):
+            raise NotFound(f"no response with id '{response_id}' was found")
+        return json_response(
+            {"id": response_id, "object": "response.deleted", "deleted": True}, ctx
+        )
+
+    @entry.with_request
+    async def input_items(ctx: RequestContext, request: Request) -> Response:
+        found = await _stored(store, ctx, request.path_params["response_id"], None)
+        return json_response(_page(found.input_items, request.query_params), ctx)
+
+    return [
         Route("/v1/responses/{response_id}", retrieve, methods=["GET"]),
         Route("/v1/responses/{response_id}", remove, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", input_items, methods=["GET"]),

@@ -92,12 +92,20 @@ def decode_block(
     if kind in DROPPED_BLOCKS:
         dropped.add(path)
         return []
+    _check_role(kind, role, type_path)
+    return _decode_kind(kind, block, path, dropped)
+
+
+def _check_role(kind: str, role: Literal["user", "assistant"], type_path: str) -> None:
     allowed = _USER_BLOCKS if role == "user" else _ASSISTANT_BLOCKS
     if kind not in allowed:
         if kind in _USER_BLOCKS or kind in _ASSISTANT_BLOCKS:
             other = "assistant" if role == "user" else "user"
             raise invalid(type_path, f"{kind} blocks are only allowed in {other} messages")
         raise invalid(type_path, f"unknown content block type {kind!r}")
+
+
+def _decode_kind(kind: str, block: dict[str, Any], path: str, dropped: Dropped) -> list[Block]:
     if kind == "text":
         return [decode_text(block, path)]
     if kind == "image":
@@ -111,21 +119,29 @@ def decode_block(
     if kind == "tool_use":
         return [_decode_tool_use(block, path)]
     if kind == "thinking":
-        text = as_str(required(block, "thinking", path), child(path, "thinking"))
-        signature = block.get("signature")
-        if signature is not None:
-            as_str(signature, child(path, "signature"))
-        return [Thinking(text, signature)]
+        return [_decode_thinking(block, path)]
     if kind == "compaction":
-        # The summary of the turns a client compacted away: plain context for the model.
-        content = block.get("content")
-        if content is None:
-            dropped.add(path)
-            return []
-        return [TextPart(as_str(content, child(path, "content")))]
+        return _decode_compaction(block, path, dropped)
     # redacted_thinking: opaque data only its issuer can read; there is nothing to replay.
     dropped.add(path)
     return []
+
+
+def _decode_thinking(block: dict[str, Any], path: str) -> Thinking:
+    text = as_str(required(block, "thinking", path), child(path, "thinking"))
+    signature = block.get("signature")
+    if signature is not None:
+        as_str(signature, child(path, "signature"))
+    return Thinking(text, signature)
+
+
+def _decode_compaction(block: dict[str, Any], path: str, dropped: Dropped) -> list[Block]:
+    # The summary of the turns a client compacted away: plain context for the model.
+    content = block.get("content")
+    if content is None:
+        dropped.add(path)
+        return []
+    return [TextPart(as_str(content, child(path, "content")))]
 
 
 def decode_system_block(value: object, path: str, dropped: Dropped) -> TextPart | None:
