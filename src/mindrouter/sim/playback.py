@@ -183,39 +183,45 @@ class GenerationResponse:
         if config.ttft_ms > 0:
             await asyncio.sleep(config.ttft_ms / 1000)
         first_token_at = time.monotonic()
-        limit = config.drop_after if job.stream else None
-        stall = config.stall_after if job.stream else None
-        sent = 0
-
-        async def emit(chunks: list[bytes]) -> bool:
-            nonlocal sent
-            if stall is not None and sent + len(chunks) > stall:
-                # Silence with the connection open, until the client gives up on it.
-                await send_cut(chunks, stall - sent, "stall")
-                await asyncio.get_running_loop().create_future()
-            if limit is not None and sent + len(chunks) > limit:
-                await send_cut(chunks, limit - sent, "drop")
-                return False
-            sent += len(chunks)
-            if chunks:
-                await send(
-                    {"type": "http.response.body", "body": b"".join(chunks), "more_body": True}
-                )
-            return True
-
-        async def send_cut(chunks: list[bytes], keep: int, fault: str) -> None:
-            kept = chunks[: max(0, keep)]
-            if kept:
-                await send(
-                    {"type": "http.response.body", "body": b"".join(kept), "more_body": True}
-                )
-            record.fault = fault
-
+        out = _Emitter(
+            send,
+            record,
+            limit=config.drop_after if job.stream else None,
+            stall=config.stall_after if job.stream else None,
+        )
         if job.stream:
             if not job.headers_early:
                 await self._start(send, encoder.stream_media_type)
-            if not await emit(encoder.begin()):
+            if not await out.emit(encoder.begin()):
                 return
+        generated = await self._play(out, first_token_at, tokens_per_second)
+        if generated is None:
+            return
+        # Generation is over: like an engine, free the slot before the last bytes are written.
+        self._release()
+        timing = Timing(
+            received_at=record.received_at,
+            started_at=record.started_at or first_token_at,
+            first_token_at=record.first_token_at or first_token_at,
+            finished_at=record.finished_at or time.monotonic(),
+            prompt_tokens=record.prompt_tokens,
+            completion_tokens=generated,
+        )
+        if job.stream:
+            await self._end_stream(out, timing)
+            return
+        body = encoder.body(timing)
+        self._completing = True
+        await self._start(send, encoder.body_media_type, len(body))
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _play(
+        self, out: _Emitter, first_token_at: float, tokens_per_second: float
+    ) -> int | None:
+        """Generates the planned tokens, paced; how many, or None if a fault cut the stream."""
+        state, job = self.state, self.job
+        record, encoder = job.record, job.encoder
+        model = record.model or ""
         generated = 0
         for plan in job.plans:
             for step in plan.steps:
@@ -229,34 +235,59 @@ class GenerationResponse:
                 state.generation_tokens_by_model[model] += 1
                 if generated == 1:
                     record.first_token_at = time.monotonic()
-                if job.stream and not await emit(encoder.step(plan, step, generated)):
-                    return
+                if job.stream and not await out.emit(encoder.step(plan, step, generated)):
+                    return None
             record.finish_reason = plan.finish
             state.finished_by_reason[plan.finish] += 1
-            if job.stream and not await emit(encoder.end_choice(plan, generated)):
-                return
-        # Generation is over: like an engine, free the slot before the last bytes are written.
-        self._release()
-        timing = Timing(
-            received_at=record.received_at,
-            started_at=record.started_at or first_token_at,
-            first_token_at=record.first_token_at or first_token_at,
-            finished_at=record.finished_at or time.monotonic(),
-            prompt_tokens=record.prompt_tokens,
-            completion_tokens=generated,
-        )
-        if job.stream:
-            closing = encoder.end(timing)
-            if not await emit(closing[:-1]):
-                return
-            if closing and limit is not None and sent + 1 > limit:
-                record.fault = "drop"
-                return
-            self._completing = True
-            last = closing[-1] if closing else b""
-            await send({"type": "http.response.body", "body": last, "more_body": False})
+            if job.stream and not await out.emit(encoder.end_choice(plan, generated)):
+                return None
+        return generated
+
+    async def _end_stream(self, out: _Emitter, timing: Timing) -> None:
+        closing = self.job.encoder.end(timing)
+        if not await out.emit(closing[:-1]):
             return
-        body = encoder.body(timing)
+        if closing and out.limit is not None and out.sent + 1 > out.limit:
+            self.job.record.fault = "drop"
+            return
         self._completing = True
-        await self._start(send, encoder.body_media_type, len(body))
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        last = closing[-1] if closing else b""
+        await out.send({"type": "http.response.body", "body": last, "more_body": False})
+
+
+class _Emitter:
+    """Sends a stream's chunks, applying its faults: cut after `limit` chunks, or fall silent
+    after `stall` with the connection left open."""
+
+    def __init__(
+        self, send: Send, record: RequestRecord, *, limit: int | None, stall: int | None
+    ) -> None:
+        self.send = send
+        self.record = record
+        self.limit = limit
+        self.stall = stall
+        self.sent = 0
+
+    async def emit(self, chunks: list[bytes]) -> bool:
+        """False once the stream has been cut."""
+        if self.stall is not None and self.sent + len(chunks) > self.stall:
+            # Silence with the connection open, until the client gives up on it.
+            await self._cut(chunks, self.stall - self.sent, "stall")
+            await asyncio.get_running_loop().create_future()
+        if self.limit is not None and self.sent + len(chunks) > self.limit:
+            await self._cut(chunks, self.limit - self.sent, "drop")
+            return False
+        self.sent += len(chunks)
+        if chunks:
+            await self.send(
+                {"type": "http.response.body", "body": b"".join(chunks), "more_body": True}
+            )
+        return True
+
+    async def _cut(self, chunks: list[bytes], keep: int, fault: str) -> None:
+        kept = chunks[: max(0, keep)]
+        if kept:
+            await self.send(
+                {"type": "http.response.body", "body": b"".join(kept), "more_body": True}
+            )
+        self.record.fault = fault

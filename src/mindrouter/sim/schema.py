@@ -68,26 +68,45 @@ def _build(
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         return enum[0]
+    branch = _first_branch(schema)
+    if branch is not None:
+        return _build(branch, root, next_word, depth + 1)
+    all_of = schema.get("allOf")
+    if isinstance(all_of, list) and all_of:
+        return _build(_merge_all_of(schema, all_of, root), root, next_word, depth + 1)
+    return _build_typed(schema, root, next_word, depth)
+
+
+def _first_branch(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """Of `anyOf` (or else `oneOf`), the first branch that is not null; None without either."""
     for key in ("anyOf", "oneOf"):
         branches = schema.get(key)
         if isinstance(branches, list) and branches:
             usable = [b for b in branches if isinstance(b, Mapping) and b.get("type") != "null"]
             chosen = usable[0] if usable else branches[0]
-            return _build(chosen if isinstance(chosen, Mapping) else {}, root, next_word, depth + 1)
-    all_of = schema.get("allOf")
-    if isinstance(all_of, list) and all_of:
-        merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
-        for branch in all_of:
-            if not isinstance(branch, Mapping):
-                continue
-            part = _resolve(str(branch["$ref"]), root) if "$ref" in branch else branch
-            for key, value in part.items():
-                if key == "properties" and isinstance(value, Mapping):
-                    merged["properties"] = {**merged.get("properties", {}), **value}
-                else:
-                    merged.setdefault(key, value)
-        return _build(merged, root, next_word, depth + 1)
+            return chosen if isinstance(chosen, Mapping) else {}
+    return None
 
+
+def _merge_all_of(
+    schema: Mapping[str, Any], all_of: list[Any], root: Mapping[str, Any]
+) -> dict[str, Any]:
+    merged: dict[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
+    for branch in all_of:
+        if not isinstance(branch, Mapping):
+            continue
+        part = _resolve(str(branch["$ref"]), root) if "$ref" in branch else branch
+        for key, value in part.items():
+            if key == "properties" and isinstance(value, Mapping):
+                merged["properties"] = {**merged.get("properties", {}), **value}
+            else:
+                merged.setdefault(key, value)
+    return merged
+
+
+def _build_typed(
+    schema: Mapping[str, Any], root: Mapping[str, Any], next_word: Callable[[], str], depth: int
+) -> Any:
     kind = _first_type(schema)
     if kind == "object":
         return _build_object(schema, root, next_word, depth)
@@ -97,14 +116,7 @@ def _build(
         item_schema = items if isinstance(items, Mapping) else {}
         return [_build(item_schema, root, next_word, depth + 1) for _ in range(count)]
     if kind == "string":
-        fmt = schema.get("format")
-        if isinstance(fmt, str) and fmt in _STRING_FORMATS:
-            return _STRING_FORMATS[fmt]
-        word = next_word()
-        min_length = int(schema.get("minLength", 0) or 0)
-        while len(word) < min_length:
-            word += " " + next_word()
-        return word
+        return _build_string(schema, next_word)
     if kind == "integer":
         return max(1, int(schema.get("minimum", 1)))
     if kind == "number":
@@ -115,6 +127,17 @@ def _build(
         return None
     # No usable type information: any JSON value is valid, a word is the friendliest.
     return next_word()
+
+
+def _build_string(schema: Mapping[str, Any], next_word: Callable[[], str]) -> str:
+    fmt = schema.get("format")
+    if isinstance(fmt, str) and fmt in _STRING_FORMATS:
+        return _STRING_FORMATS[fmt]
+    word = next_word()
+    min_length = int(schema.get("minLength", 0) or 0)
+    while len(word) < min_length:
+        word += " " + next_word()
+    return word
 
 
 def _build_object(
