@@ -204,13 +204,7 @@ class SharedSlots(SharedStore):
         async with self._lock:
             gate = self._gate
             if gate is not None:
-                # A slot given back here is usually handed to a local waiter at once, but that
-                # waiter takes it on its next turn: publishing before then would show the
-                # slot free to the others, and two would take it.
-                for _ in range(_HANDOVER_TURNS):
-                    if not gate.handing_over:
-                        break
-                    await asyncio.sleep(0)
+                await _handover(gate)
             best = gate.best_waiting() if gate is not None else {}
             slots = {b.name: b.in_flight for b in self._backends if b.in_flight > 0}
             try:
@@ -220,20 +214,7 @@ class SharedSlots(SharedStore):
                 if self._silent_for() > self.ttl:
                     self._forget_others()  # in Redis their entries have expired by now too
                 return False
-            if best and not self._mine_best:
-                self._waiting_since = self._clock()
-            for b in self._backends:
-                b.others_in_flight = self._others_share(b, others, best)
-                if b.load > b.config.max_concurrent:
-                    self.overfull += 1
-            self._others_best = best_by_model({p: seen.best for p, seen in others.items()})
-            self._mine_best = best
-            # A deferral whose window has passed is over, taken or not: it no longer makes this
-            # process contended, nor dates the next one.
-            now = self._clock()
-            for model, since in list(self._deferring.items()):
-                if now - since >= self.defer_limit or model not in self._others_best:
-                    del self._deferring[model]
+            self._adopt(others, best)
             self._answered()
         if gate is not None:
             # Capacity may have freed elsewhere, or the others' best waiters changed.
@@ -242,6 +223,23 @@ class SharedSlots(SharedStore):
         return True
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _adopt(self, others: Mapping[str, lua.Seen], best: dict[str, Standing]) -> None:
+        """Takes in an exchange's answer: the others' slots and best waiters."""
+        if best and not self._mine_best:
+            self._waiting_since = self._clock()
+        for b in self._backends:
+            b.others_in_flight = self._others_share(b, others, best)
+            if b.load > b.config.max_concurrent:
+                self.overfull += 1
+        self._others_best = best_by_model({p: seen.best for p, seen in others.items()})
+        self._mine_best = best
+        # A deferral whose window has passed is over, taken or not: it no longer makes this
+        # process contended, nor dates the next one.
+        now = self._clock()
+        for model, since in list(self._deferring.items()):
+            if now - since >= self.defer_limit or model not in self._others_best:
+                del self._deferring[model]
 
     def _forget_others(self) -> None:
         for b in self._backends:
@@ -300,3 +298,13 @@ class SharedSlots(SharedStore):
         async with self._round_trip(SlotsUnavailable, lua.UnreadableReply):
             reply = await self._script(keys=[], args=args)
             return lua.parse([text_of(v) for v in reply])
+
+
+async def _handover(gate: Gate) -> None:
+    """Lets a slot given back here reach its local waiter first. It is usually handed over at
+    once, but the waiter takes it on its next turn: publishing before then would show the slot
+    free to the others, and two would take it."""
+    for _ in range(_HANDOVER_TURNS):
+        if not gate.handing_over:
+            break
+        await asyncio.sleep(0)
