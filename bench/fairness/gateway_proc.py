@@ -27,6 +27,7 @@ from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMem
 from mindrouter.serving import InLoopServer
 from mindrouter.settings import settings_from_dict
 from mindrouter.stores.fairshare import RedisFairShareState
+from mindrouter.stores.shared import LocalSlots, RedisLink, SharedStore
 from mindrouter.stores.slots import SharedSlots
 
 
@@ -36,8 +37,12 @@ async def serve(ns: argparse.Namespace) -> int:
     app = build_app(settings)
     shared: RedisFairShareState | None = None
     state: FairShareState
+
+    def link(store: type[SharedStore]) -> RedisLink:
+        return RedisLink.from_url(ns.redis_url, ns.prefix, connections=store.connections)
+
     if ns.state == "redis":
-        shared = RedisFairShareState.from_url(ns.redis_url, ns.prefix, ns.sync_interval)
+        shared = RedisFairShareState(link(RedisFairShareState), ns.sync_interval)
         state = shared
     else:
         state = InMemoryFairShareState()
@@ -46,9 +51,9 @@ async def serve(ns: argparse.Namespace) -> int:
     services = app.state.gateway.s
     slots: SharedSlots | None = None
     if ns.shared_slots:
-        slots = SharedSlots.from_url(ns.redis_url, services.catalog.backends, ns.prefix)
+        slots = SharedSlots(link(SharedSlots), services.catalog.backends)
     services.gate = CapacityGate(queue, arbiter=slots)
-    services.slots = slots
+    services.slots = slots if slots is not None else LocalSlots()
     server = InLoopServer(app, log_level="warning")
     await server.start()
     if shared is not None:

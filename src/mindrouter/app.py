@@ -16,7 +16,7 @@ from starlette.routing import Mount, Route
 
 from mindrouter.backends.monitor import BackendMonitor
 from mindrouter.catalog_sync import CatalogSync
-from mindrouter.components import build_adapters, build_catalog, build_limits
+from mindrouter.components import build_adapters, build_catalog, build_limits, build_sharing
 from mindrouter.config_reload import ConfigReload, log_sync_report
 from mindrouter.console import build_console
 from mindrouter.errors import InternalError, InvalidRequest, MindRouterError, NotFound
@@ -44,11 +44,8 @@ from mindrouter.pipeline.recovery import Recovery
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.runtime import Runtime, readiness, shutdown
-from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMemoryFairShareState
+from mindrouter.scheduling import CapacityGate, FairQueue
 from mindrouter.settings import Settings
-from mindrouter.stores.breakers import SharedBreakers
-from mindrouter.stores.fairshare import RedisFairShareState
-from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
 from mindrouter.stores.sql.responses import SqlResponseStore
 from mindrouter.stores.sql.retention import RETENTION_INTERVAL_S, AuditRetention
@@ -110,38 +107,9 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     leases = LeaseKeeper(limits, settings.lease_renew_s)
     recovery = Recovery(stores.instances, limits, stale_s=settings.instance_stale_s)
     drain = Drain(settings.shutdown_grace_s)
-    # With Redis the fair-share counters are shared by every process and replica.
-    shared_fairshare = (
-        RedisFairShareState.from_url(
-            settings.redis_url, settings.redis_prefix, settings.fairshare_sync_s
-        )
-        if settings.redis_url
-        else None
-    )
-    fairshare: FairShareState = shared_fairshare or InMemoryFairShareState()
-    # And the backends' slots: `max_concurrent` bounds the load of every process together, and
-    # a free slot goes to the best waiter of the whole deployment.
-    slots = (
-        SharedSlots.from_url(settings.redis_url, catalog.backends, settings.redis_prefix)
-        if settings.redis_url
-        else None
-    )
-    gate = CapacityGate(FairQueue(fairshare), arbiter=slots)
-    if slots is not None:
-        slots.attach(gate)
-    if shared_fairshare is not None and slots is not None:
-        shared_fairshare.contended = lambda: slots.contended
-    # So are the circuit breakers; the half-open probe may outlast the longest attempt.
-    breakers = (
-        SharedBreakers.from_url(
-            settings.redis_url,
-            catalog.backends,
-            settings.redis_prefix,
-            probe_lease=settings.timeouts.total + 10.0,
-        )
-        if settings.redis_url
-        else None
-    )
+    sharing = build_sharing(settings, catalog)
+    gate = CapacityGate(FairQueue(sharing.fairshare), arbiter=sharing.slots)
+    sharing.slots.attach(gate)
     services = Services(
         catalog=catalog,
         adapters=adapters,
@@ -154,18 +122,14 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         max_attempts=settings.max_attempts,
         capacity_wait=settings.capacity_wait_s,
         score_weights=settings.routing_weights,
-        breakers=breakers,
-        slots=slots,
+        breakers=sharing.breakers,
+        slots=sharing.slots,
         leases=leases,
         recovery=recovery,
         draining=drain.expired,
     )
     gateway = Gateway(services)
-    metrics.watch(
-        catalog,
-        lambda: {m: len(jobs) for m, jobs in gate.queue.by_model().items()},
-        services.clock,
-    )
+    metrics.watch(catalog, gateway.views.queue_depths, services.clock)
     monitor = BackendMonitor(catalog, interval=settings.health_interval_s)
     catalog_sync = CatalogSync(
         stores.catalog,
@@ -174,8 +138,8 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         adapters,
         monitor,
         gate=gate,
-        slots=slots,
-        breakers=breakers,
+        slots=sharing.slots,
+        breakers=sharing.breakers,
     )
     config_reload = ConfigReload(stores, catalog_sync, settings)
     responses = SqlResponseStore(stores.engine, settings.responses_retention_days)
@@ -204,9 +168,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         housekeeping,
         retention,
         recovery,
-        shared_fairshare,
-        breakers,
-        slots,
+        sharing,
     )
 
     @contextlib.asynccontextmanager
@@ -218,12 +180,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         await leases.start()
         await monitor.start()
         await housekeeping.start()
-        if shared_fairshare is not None:
-            await shared_fairshare.start()
-        if breakers is not None:
-            await breakers.start()
-        if slots is not None:
-            await slots.start()
+        await sharing.start()
         try:
             yield
         finally:

@@ -31,10 +31,9 @@ from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.catalog import BackendState, Catalog
 from mindrouter.scheduling import CapacityGate
 from mindrouter.settings import ModelSettings, Settings
-from mindrouter.stores.breakers import SharedBreakers
 from mindrouter.stores.outage import ExchangeLoop
+from mindrouter.stores.ports import BreakerBoard, SlotBoard
 from mindrouter.stores.records import Backend
-from mindrouter.stores.slots import SharedSlots
 from mindrouter.stores.sql.catalog import CatalogRows, SqlCatalog
 
 # Changes reach every process within a second: half of it waiting for the next poll at most.
@@ -62,8 +61,8 @@ class CatalogSync:
         monitor: BackendMonitor,
         *,
         gate: CapacityGate,
-        slots: SharedSlots | None = None,
-        breakers: SharedBreakers | None = None,
+        slots: SlotBoard,
+        breakers: BreakerBoard,
         poll_interval: float = POLL_INTERVAL,
     ) -> None:
         self._rows = rows
@@ -159,10 +158,8 @@ class CatalogSync:
                 }
         added = sorted(set(kept) - set(current))
         removed = sorted(set(current) - set(kept))
-        if self.slots is not None:
-            await self.slots.track(states)
-        if self.breakers is not None:
-            await self.breakers.track(states)
+        await self.slots.track(states)
+        await self.breakers.track(states)
         await self.monitor.retarget()
         if added or removed:
             log.info("catalog changed", added=added, removed=removed, epoch=rows.epoch)

@@ -1,5 +1,6 @@
 """The parts the app is built from, each made from the settings: the routing catalog, one engine
-adapter per backend, and the limit store (in-process, or Redis with its outage policy)."""
+adapter per backend, the limit store (in-process, or Redis with its outage policy), and what the
+processes share besides (through Redis, or the single process's counterparts)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from mindrouter.routing.catalog import (
     Catalog,
     ModelSpec,
 )
+from mindrouter.scheduling import InMemoryFairShareState
 from mindrouter.settings import ModelSettings, Settings
+from mindrouter.stores.breakers import SharedBreakers
+from mindrouter.stores.fairshare import RedisFairShareState
 from mindrouter.stores.limits import (
     LimitStore,
     MemoryLimitStore,
@@ -25,6 +29,8 @@ from mindrouter.stores.limits import (
     RedisUnavailablePolicy,
     ResilientLimitStore,
 )
+from mindrouter.stores.shared import LocalBreakers, LocalSlots, RedisLink, SharedStore, Sharing
+from mindrouter.stores.slots import SharedSlots
 
 
 def backend_features(b: BackendConfig) -> frozenset[str]:
@@ -110,3 +116,23 @@ def build_limits(settings: Settings, metrics: Metrics) -> LimitStore:
     return ResilientLimitStore(
         primary, policy=policy, fallback=MemoryLimitStore(settings.lease_s), on_degraded=degraded
     )
+
+
+def build_sharing(settings: Settings, catalog: Catalog) -> Sharing:
+    """With Redis, what every process and replica shares: the fair-share counters; the backends'
+    slots (`max_concurrent` bounds the load of every process together, and a free slot goes to
+    the best waiter of the whole deployment); the circuit breakers. Without, each process's own."""
+    url = settings.redis_url
+    if not url:
+        return Sharing(InMemoryFairShareState(), LocalSlots(), LocalBreakers())
+
+    def link(store: type[SharedStore]) -> RedisLink:
+        return RedisLink.from_url(url, settings.redis_prefix, connections=store.connections)
+
+    fairshare = RedisFairShareState(link(RedisFairShareState), settings.fairshare_sync_s)
+    slots = SharedSlots(link(SharedSlots), catalog.backends)
+    fairshare.contended = lambda: slots.contended
+    # The half-open probe may outlast the longest attempt.
+    probe_lease = settings.timeouts.total + 10.0
+    breakers = SharedBreakers(link(SharedBreakers), catalog.backends, probe_lease=probe_lease)
+    return Sharing(fairshare, slots, breakers, (fairshare, breakers, slots))

@@ -20,10 +20,8 @@ from mindrouter.pipeline.leases import LeaseKeeper
 from mindrouter.pipeline.recovery import Recovery
 from mindrouter.pipeline.usage_sync import UsageSync
 from mindrouter.settings import Settings
-from mindrouter.stores.breakers import SharedBreakers
-from mindrouter.stores.fairshare import RedisFairShareState
 from mindrouter.stores.limits import LimitStore
-from mindrouter.stores.slots import SharedSlots
+from mindrouter.stores.shared import Sharing
 from mindrouter.stores.sql import SqlStores
 from mindrouter.stores.sql.retention import AuditRetention
 
@@ -44,9 +42,7 @@ class Runtime:
     housekeeping: Housekeeping
     retention: AuditRetention
     recovery: Recovery
-    fairshare: RedisFairShareState | None = None
-    breakers: SharedBreakers | None = None
-    slots: SharedSlots | None = None
+    sharing: Sharing
 
 
 async def readiness(rt: Runtime, settings: Settings) -> dict[str, str]:
@@ -86,9 +82,7 @@ async def shutdown(rt: Runtime) -> None:
         # is swept at once by another process.
         rt.stores.audit.flush,
         rt.recovery.stop,
-        *([rt.fairshare.stop] if rt.fairshare is not None else []),
-        *([rt.breakers.stop] if rt.breakers is not None else []),
-        *([rt.slots.stop] if rt.slots is not None else []),
+        *[store.stop for store in rt.sharing.exchanges],
         rt.limits.close,
         *[a.aclose for a in rt.adapters.values()],
         rt.stores.aclose,

@@ -118,7 +118,7 @@ def pair() -> Iterator[Pair]:
             for _ in range(2):
                 app = build_app(settings)
                 # Generous on a slow machine: the other gateway must see the free slot in time.
-                app.state.runtime.slots.defer_limit = 5.0
+                app.state.runtime.sharing.slots.defer_limit = 5.0
                 servers.append(ThreadServer(app).start())
                 urls.append(servers[-1].url)
             yield Pair(door, urls, keys, servers)

@@ -3,7 +3,6 @@ second process (a separate engine standing in for another worker or replica) wit
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -146,21 +145,14 @@ async def test_expiry_is_checked_against_the_clock_on_every_hit(stores: SqlStore
         await auth.stop()
 
 
-async def rejected_within(auth: Authenticator, key: str, deadline: float) -> float:
-    """Seconds until `auth` rejects `key`, polling; fails past `deadline`."""
-    started = time.monotonic()
-    while True:
-        try:
-            await auth.authenticate(bearer(key))
-        except Unauthenticated:
-            return time.monotonic() - started
-        elapsed = time.monotonic() - started
-        assert elapsed < deadline, f"still accepted after {elapsed:.2f}s"
-        await asyncio.sleep(0.02)
-
-
 @pytest.mark.parametrize("change", ["revoke", "expire", "deactivate"])
-async def test_a_change_in_one_process_reaches_another_within_a_second(
+# Another process sees a change at its next read of the auth epoch: its poller reads it twice
+# a second while requests come, and a request after a quiet spell reads it itself (the trust
+# window, tests/identity/test_authenticator.py, with an injected clock). So one poll is all a
+# change needs here, and no test waits on the wall clock for it.
+
+
+async def test_a_change_in_one_process_reaches_another_at_its_next_poll(
     stores: SqlStores, other_worker: SqlStores, change: str
 ) -> None:
     key, user, _ = await make_key(stores)
@@ -174,12 +166,14 @@ async def test_a_change_in_one_process_reaches_another_within_a_second(
             await stores.keys.set_key_expiry(key[:12], datetime.now(UTC))
         else:
             await stores.directory.update_user(user, {"active": False})
-        assert await rejected_within(worker, key, deadline=1.0) < 1.0
+        await worker.poll()
+        with pytest.raises(Unauthenticated):
+            await worker.authenticate(bearer(key))
     finally:
         await worker.stop()
 
 
-async def test_a_group_limit_change_reaches_another_process_within_a_second(
+async def test_a_group_limit_change_reaches_another_process_at_its_next_poll(
     stores: SqlStores, other_worker: SqlStores
 ) -> None:
     key, _, group = await make_key(stores)
@@ -188,10 +182,8 @@ async def test_a_group_limit_change_reaches_another_process_within_a_second(
     try:
         assert (await worker.authenticate(bearer(key))).token_budget == 5000
         await stores.directory.update_group(group, {"token_budget": 7})
-        started = time.monotonic()
-        while (await worker.authenticate(bearer(key))).token_budget != 7:
-            assert time.monotonic() - started < 1.0
-            await asyncio.sleep(0.02)
+        await worker.poll()
+        assert (await worker.authenticate(bearer(key))).token_budget == 7
     finally:
         await worker.stop()
 

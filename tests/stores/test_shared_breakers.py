@@ -21,9 +21,10 @@ from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import BackendState
 from mindrouter.stores.breakers import SharedBreakers
+from mindrouter.stores.shared import RedisLink
 
 from .deployment import Deployment as BaseDeployment
-from .fairshare.conftest import new_client
+from .fairshare.conftest import linked, new_client
 
 COOLDOWN = 0.4
 
@@ -36,7 +37,8 @@ class Deployment(BaseDeployment[SharedBreakers]):
         backend = BackendState(
             BackendConfig("gpu-1", "vllm", "http://gpu-1"), breaker=Breaker(threshold, COOLDOWN)
         )
-        return self.track(SharedBreakers(client, [backend], self.prefix, **kw), client), backend
+        link, kw = linked(client, self.prefix, kw)
+        return self.track(SharedBreakers(link, [backend], **kw), client), backend
 
 
 @pytest.fixture
@@ -169,14 +171,16 @@ async def test_without_redis_each_process_keeps_its_own_and_catches_up_later(
     deployment: Deployment,
 ) -> None:
     down = SharedBreakers(
-        Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2),
+        RedisLink(
+            Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2),
+            deployment.prefix,
+            timeout=0.5,
+        ),
         [
             BackendState(
                 BackendConfig("gpu-1", "vllm", "http://gpu-1"), breaker=Breaker(2, COOLDOWN)
             )
         ],
-        deployment.prefix,
-        timeout=0.5,
     )
     lost = down._backends[0]
     fail(lost)

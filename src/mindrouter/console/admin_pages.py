@@ -21,7 +21,6 @@ from mindrouter.errors import InvalidRequest, NotFound
 from mindrouter.http.routing_admin_routes import backend_view
 from mindrouter.identity.passwords import password_problem
 from mindrouter.routing.catalog import BackendState
-from mindrouter.scheduling import take_snapshot
 from mindrouter.stores.audit_records import AuditFilter
 from mindrouter.stores.records import GroupChanges, GroupLimits, UserChanges
 from mindrouter.stores.sql.accounts import ConsoleAccount
@@ -221,7 +220,7 @@ def _backend(request: Request) -> BackendState:
 @admin_only
 async def backends(request: Request, account: ConsoleAccount) -> Response:
     gateway = console_of(request).gateway
-    now = gateway.s.clock()
+    now = gateway.views.now()
     views = [backend_view(b, now) for b in gateway.catalog.backends]
     return page(request, "admin/backends.html", account, backends=views)
 
@@ -246,8 +245,7 @@ async def undrain(request: Request, account: ConsoleAccount) -> Response:
 
 @admin_only
 async def queue(request: Request, account: ConsoleAccount) -> Response:
-    gateway = console_of(request).gateway
-    snap = take_snapshot(gateway.s.gate.queue, gateway.s.clock())
+    snap = console_of(request).gateway.views.queue()
     return page(request, "admin/queue.html", account, snap=snap)
 
 

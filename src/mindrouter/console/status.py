@@ -64,8 +64,8 @@ class FromDatabase:
 
 async def model_statuses(console: Console, stored: FromDatabase) -> list[ModelStatus]:
     gateway = console.gateway
-    now = gateway.s.clock()
-    depth = {m: len(jobs) for m, jobs in gateway.s.gate.queue.by_model().items()}
+    now = gateway.views.now()
+    depth = gateway.views.queue_depths()
     known = await stored.refresh(console)
     means = known.durations
     out = []

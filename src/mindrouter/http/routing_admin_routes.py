@@ -15,7 +15,6 @@ from mindrouter.http.common import json_response, new_context
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.routing.catalog import STRUCTURED_OUTPUT, BackendState
-from mindrouter.scheduling import take_snapshot
 
 
 def backend_view(b: BackendState, now: float) -> dict[str, Any]:
@@ -64,7 +63,7 @@ def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
 
     async def backends(request: Request) -> Response:
         ctx = await admin(request)
-        now = gateway.s.clock()
+        now = gateway.views.now()
         return json_response(
             {"data": [backend_view(b, now) for b in gateway.catalog.backends]}, ctx
         )
@@ -73,7 +72,7 @@ def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
         ctx = await admin(request)
         b = backend(request.path_params["name"])
         b.draining = draining
-        return json_response(backend_view(b, gateway.s.clock()), ctx)
+        return json_response(backend_view(b, gateway.views.now()), ctx)
 
     async def drain(request: Request) -> Response:
         return await set_draining(request, True)
@@ -83,14 +82,14 @@ def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
 
     async def queue(request: Request) -> Response:
         ctx = await admin(request)
-        now = gateway.s.clock()
-        snap = dataclasses.asdict(take_snapshot(gateway.s.gate.queue, now))
-        snap["recent_decisions"] = list(gateway.decisions)
-        slots = gateway.s.slots
-        if slots is not None:
+        views = gateway.views
+        snap = dataclasses.asdict(views.queue())
+        snap["recent_decisions"] = views.recent_decisions()
+        elsewhere = views.elsewhere()
+        if elsewhere is not None:
             snap["elsewhere"] = {
-                "best_waiting": {m: s._asdict() for m, s in slots.others_best().items()},
-                "slots_left_for_others": gateway.s.gate.deferrals,
+                "best_waiting": {m: s._asdict() for m, s in elsewhere.best_waiting.items()},
+                "slots_left_for_others": elsewhere.slots_left_for_others,
             }
         return json_response(snap, ctx)
 

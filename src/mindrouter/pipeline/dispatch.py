@@ -157,8 +157,6 @@ class Dispatcher:
         if state != "half_open":
             return state == "closed"
         breaker.on_attempt(now)
-        if self.s.breakers is None:
-            return True
         return await self.s.breakers.claim_probe(backend)
 
     @staticmethod
@@ -220,5 +218,5 @@ class Dispatcher:
         news, self._news = self._news, None
         if news is not None and not news.done():
             news.set_result(None)
-        if self.s.breakers is not None and backend.breaker.unsent:
+        if backend.breaker.unsent:
             self.s.breakers.changed()

@@ -119,16 +119,14 @@ class Flight:
         backend.in_flight += 1
         self.backend = backend
         self.ctx.backend = backend.name
-        if self.s.slots is not None:
-            self.s.slots.changed(backend)
+        self.s.slots.changed(backend)
 
     def drop(self) -> None:
         b = self.backend
         if b is not None:
             b.in_flight -= 1
             self.backend = None
-            if self.s.slots is not None:
-                self.s.slots.changed(b)
+            self.s.slots.changed(b)
             for model in b.serves:
                 if model != self.spec.name:
                     self.s.gate.release(model)

@@ -39,6 +39,7 @@ from mindrouter.pipeline.flight import Flight, open_flight
 from mindrouter.pipeline.model_access import resolve_allowed, visible_models
 from mindrouter.pipeline.relay import Events, Opener
 from mindrouter.pipeline.services import Services
+from mindrouter.pipeline.views import RoutingViews
 from mindrouter.routing.catalog import ModelSpec, check_modality
 from mindrouter.routing.select import rank_backends
 from mindrouter.stores.limits import Limits, UsageSnapshot
@@ -55,7 +56,7 @@ class Gateway:
         self.catalog = services.catalog
         self.adapters: dict[str, EngineAdapter] = services.adapters
         self.dispatch = Dispatcher(services)
-        self.decisions = self.dispatch.decisions
+        self.views = RoutingViews(services, self.dispatch.decisions)  # for the admin views
 
     async def authenticate(self, ctx: RequestContext, headers: Mapping[str, str]) -> None:
         """The caller, unless the edge already found them for this request."""

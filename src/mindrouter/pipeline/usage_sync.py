@@ -15,16 +15,9 @@ import asyncio
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Protocol
 
 from mindrouter.stores.limits import Activity, LimitStore
-from mindrouter.stores.records import UsageCounters
-
-
-class UsageLedger(Protocol):
-    async def get_usage(self, user_id: int, now: datetime | None = None) -> UsageCounters: ...
-
-    async def recent_activity(self, user_id: int, now: datetime) -> tuple[list[datetime], int]: ...
+from mindrouter.stores.ports import UsageLedger
 
 
 def limit_key(user_id: int) -> str:

@@ -37,18 +37,12 @@ opened), kept for a day after its last change.
 
 from __future__ import annotations
 
-import asyncio
-import time
-import uuid
-from collections.abc import Callable, Sequence
-
-from redis import exceptions as redis_errors
-from redis.asyncio import Redis
+from collections.abc import Sequence
 
 from mindrouter.routing.breaker import Unsent
 from mindrouter.routing.catalog import BackendState
-from mindrouter.stores.outage import ExchangeLoop, Outage
-from mindrouter.stores.redis_client import short_timeout_client, text_of
+from mindrouter.stores.redis_client import text_of
+from mindrouter.stores.shared import RedisLink, SharedStore
 
 DEFAULT_INTERVAL = 0.1
 DEFAULT_IDLE_INTERVAL = 0.5
@@ -118,55 +112,43 @@ class BreakersUnavailable(Exception):
     """Redis did not complete an exchange or a claim."""
 
 
-class SharedBreakers:
+class SharedBreakers(SharedStore):
     """The breakers of `backends`, kept in step with every other process through Redis."""
+
+    connections = 4  # the exchange, the claims of several half-open backends, and stop()
 
     def __init__(
         self,
-        client: Redis,
+        link: RedisLink,
         backends: Sequence[BackendState],
-        prefix: str = "mr:",
         *,
         interval: float = DEFAULT_INTERVAL,
         idle_interval: float = DEFAULT_IDLE_INTERVAL,
         probe_lease: float = DEFAULT_PROBE_LEASE,
-        timeout: float = 1.0,
-        retry_after: float = 1.0,
-        owns_client: bool = False,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not interval > 0 or not probe_lease > 0 or not timeout > 0:
-            raise ValueError("interval, probe_lease and timeout must be positive")
-        self._client = client
-        self._owns_client = owns_client
-        self._prefix = prefix
+        if not interval > 0 or not probe_lease > 0:
+            raise ValueError("interval and probe_lease must be positive")
+        super().__init__(
+            link,
+            "breaker:",
+            interval=interval,
+            pause=self._pause,
+            what="breaker",
+            down="circuit breakers kept locally: Redis unreachable",
+            back="circuit breakers shared through Redis again",
+        )
         self._backends: list[BackendState] = []
         self._keys: list[str] = []
         self._key_of: dict[str, str] = {}
         self._set_backends(backends)
-        self._owner = uuid.uuid4().hex  # names this process's probe leases
-        self.interval = interval
         self.idle_interval = max(interval, idle_interval)
         self.probe_lease = probe_lease
-        self.timeout = timeout
-        self.retry_after = retry_after
-        self._clock = clock
-        self._exchange_script = client.register_script(_EXCHANGE)
-        self._claim = client.register_script(_CLAIM)
-        self._lock = asyncio.Lock()
-        self._loop = ExchangeLoop(
-            self.sync, interval=self._pause, retry_after=retry_after, what="breaker"
-        )
-        self._outage = Outage(
-            "circuit breakers kept locally: Redis unreachable",
-            "circuit breakers shared through Redis again",
-            clock,
-        )
-        self.exchanges = 0
+        self._exchange_script = self._client.register_script(_EXCHANGE)
+        self._claim = self._client.register_script(_CLAIM)
 
     def _set_backends(self, backends: Sequence[BackendState]) -> None:
         self._backends = list(backends)
-        self._keys = [f"{self._prefix}breaker:{b.name}" for b in self._backends]
+        self._keys = [f"{self._prefix}{b.name}" for b in self._backends]
         self._key_of = dict(zip((b.name for b in self._backends), self._keys, strict=True))
         for b in self._backends:
             b.breaker.share()
@@ -176,34 +158,6 @@ class SharedBreakers:
         exchanges, so that no exchange mixes the old list with the new."""
         async with self._lock:
             self._set_backends(backends)
-
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        backends: Sequence[BackendState],
-        prefix: str = "mr:",
-        *,
-        probe_lease: float = DEFAULT_PROBE_LEASE,
-        timeout_seconds: float = 1.0,
-    ) -> SharedBreakers:
-        """Breakers owning a client with short timeouts and no retries: a retried exchange
-        would push its failures twice."""
-        # Connections for the exchange, claims of several half-open backends, and stop().
-        client = short_timeout_client(url, max_connections=4, timeout_seconds=timeout_seconds)
-        return cls(
-            client,
-            backends,
-            prefix,
-            probe_lease=probe_lease,
-            timeout=2 * timeout_seconds,
-            owns_client=True,
-        )
-
-    @property
-    def healthy(self) -> bool:
-        """Whether the last exchange reached Redis."""
-        return not self._outage.ongoing
 
     def _pause(self) -> float:
         busy = any(b.in_flight for b in self._backends)
@@ -221,13 +175,13 @@ class SharedBreakers:
         the probe ends. While Redis is unreachable the local claim stands."""
         b = backend.breaker
         try:
-            async with asyncio.timeout(self.timeout):
+            async with self._round_trip(BreakersUnavailable):
                 granted = await self._claim(
                     keys=[self._key_of[backend.name]],
-                    args=[b.threshold, repr(self.probe_lease), _TTL_S, self._owner],
+                    args=[b.threshold, repr(self.probe_lease), _TTL_S, self._me],
                 )
-        except (redis_errors.RedisError, OSError, TimeoutError) as exc:
-            self._outage.failed(f"{type(exc).__name__}: {exc}")
+        except BreakersUnavailable as exc:
+            self._outage.failed(str(exc))
             return True
         except BaseException:
             b.on_abandoned()  # cancelled while asking: the lease, if set, is given back
@@ -240,19 +194,11 @@ class SharedBreakers:
             return False
         return True
 
-    # -- lifecycle -------------------------------------------------------------------------------
+    # -- the exchange ----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        self._loop.start()
-
-    async def stop(self) -> None:
-        """Stops the exchanges, pushes what is left, and closes an owned client."""
-        await self._loop.stop(self.timeout + self.interval)
-        try:
-            await self.sync()
-        finally:
-            if self._owns_client:
-                await self._client.aclose()
+    async def _leave(self) -> None:
+        """Pushes what is left."""
+        await self.sync()
 
     async def sync(self) -> bool:
         """One exchange: push every breaker's events, adopt the merged state. True if Redis
@@ -272,8 +218,7 @@ class SharedBreakers:
             for i, b in enumerate(self._backends):
                 failures, open_in, probing, opened = reply[4 * i : 4 * i + 4]
                 b.breaker.adopt(int(failures), float(open_in), probing == "1", int(opened), now)
-            self.exchanges += 1
-            self._outage.succeeded()
+            self._answered()
             return True
 
     # -- internals ------------------------------------------------------------------------------
@@ -282,14 +227,11 @@ class SharedBreakers:
         if not self._backends:
             return []
         first = self._backends[0].breaker
-        args: list[str | int] = [first.threshold, repr(first.cooldown), _TTL_S, self._owner]
+        args: list[str | int] = [first.threshold, repr(first.cooldown), _TTL_S, self._me]
         for events in taken:
             args += [int(events.reset), events.failures, int(events.release_probe)]
-        try:
-            async with asyncio.timeout(self.timeout):
-                reply = await self._exchange_script(keys=self._keys, args=args)
-        except (redis_errors.RedisError, OSError, TimeoutError) as exc:
-            raise BreakersUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        async with self._round_trip(BreakersUnavailable):
+            reply = await self._exchange_script(keys=self._keys, args=args)
         values = [text_of(v) for v in reply]
         if len(values) != 4 * len(self._backends):
             raise BreakersUnavailable(f"unexpected reply of {len(values)} values from the script")

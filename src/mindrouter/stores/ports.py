@@ -1,10 +1,17 @@
-"""The ports the request path talks to. Implementations: `stores.sql` (and fakes in tests).
+"""The ports the request path talks to, each declared here once.
 
 Each is as small as the caller's need, so a stage can be tested against an in-memory fake:
 
-    KeyLookup    authenticate: keys by prefix, the auth epoch, last-used times
-    AuditSink    audit: begin (durable before the request runs), complete (queued)
-    UsageLedger  account: period and lifetime token counters
+    KeyLookup     authenticate: keys by prefix, the auth epoch, last-used times
+    AuditSink     audit: begin (durable before the request runs), complete (queued)
+    UsageLedger   account: a user's period and lifetime token counters, and their last minute
+                  of admissions and requests in flight, loaded into the limit store
+    BreakerBoard  route: the circuit breakers' link to the other gateway processes
+    SlotBoard     route and wait: the backend slots shared with the other gateway processes
+    Gate          what the slot board needs of the capacity gate
+
+The first three are implemented by `stores.sql`; the boards by `stores.breakers` and
+`stores.slots` through Redis, and by the stand-ins of `stores.shared` in a single process.
 """
 
 from __future__ import annotations
@@ -13,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
+from mindrouter.routing.catalog import BackendState
+from mindrouter.scheduling import Arbiter, Standing
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
 from mindrouter.stores.records import KeyRecord, UsageCounters
 
@@ -42,10 +51,64 @@ class AuditSink(Protocol):
 
 
 class UsageLedger(Protocol):
-    async def add_usage(self, user_id: int, tokens: int, now: datetime) -> UsageCounters:
-        """Charges tokens, first rolling the period over if it has ended; returns the totals."""
-        ...
-
     async def get_usage(self, user_id: int, now: datetime | None = None) -> UsageCounters:
         """The counters as of `now` (a period that has ended reads as empty)."""
+        ...
+
+    async def recent_activity(self, user_id: int, now: datetime) -> tuple[list[datetime], int]:
+        """The admission times of the user's last minute before `now`, and how many of their
+        requests are still in flight."""
+        ...
+
+
+class BreakerBoard(Protocol):
+    """The circuit breakers' link to the other gateway processes."""
+
+    async def claim_probe(self, backend: BackendState) -> bool:
+        """Whether this process may send the half-open probe it has claimed locally."""
+        ...
+
+    def changed(self) -> None:
+        """A breaker recorded something worth telling the other processes now."""
+        ...
+
+    async def track(self, backends: Sequence[BackendState]) -> None:
+        """Shares the breakers of `backends` from now on (the catalog changed)."""
+        ...
+
+
+class Gate(Protocol):
+    """What the slot board needs of the capacity gate: its best waiters, and a nudge to decide."""
+
+    @property
+    def handing_over(self) -> bool: ...
+
+    def best_waiting(self) -> dict[str, Standing]: ...
+
+    def release(self, model: str) -> None: ...
+
+
+class SlotBoard(Arbiter, Protocol):
+    """The backend slots shared with the other gateway processes, and the arbiter of free ones
+    (`defer`, asked by the capacity gate)."""
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes take part (False for a single process's stand-in)."""
+        ...
+
+    def attach(self, gate: Gate) -> None:
+        """The gate whose waiters this process publishes and which decides after exchanges."""
+        ...
+
+    async def track(self, backends: Sequence[BackendState]) -> None:
+        """Counts the slots of `backends` from now on (the catalog changed)."""
+        ...
+
+    def changed(self, backend: BackendState) -> None:
+        """A slot of `backend` was taken or given back here."""
+        ...
+
+    def others_best(self) -> dict[str, Standing]:
+        """model -> the most deserving waiter of the other processes."""
         ...

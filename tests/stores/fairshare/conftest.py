@@ -20,12 +20,19 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from mindrouter.stores.fairshare import RedisFairShareState
+from mindrouter.stores.shared import RedisLink
 
 REDIS_URL = os.environ.get("MINDROUTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def new_client() -> Redis:
     return Redis.from_url(REDIS_URL, socket_timeout=5, retry=Retry(NoBackoff(), 0))
+
+
+def linked(client: Redis, prefix: str, kw: dict[str, Any]) -> tuple[RedisLink, dict[str, Any]]:
+    """The link a shared store is built on, and the store's own keywords: a test names both."""
+    fields = {k: kw.pop(k) for k in ("timeout", "retry_after", "clock") if k in kw}
+    return RedisLink(client, prefix, **fields), kw
 
 
 class SharedRedis:
@@ -38,7 +45,8 @@ class SharedRedis:
     def state(self, **kw: Any) -> RedisFairShareState:
         client = new_client()
         self.clients.append(client)
-        state = RedisFairShareState(client, self.prefix, **kw)
+        link, kw = linked(client, self.prefix, kw)
+        state = RedisFairShareState(link, **kw)
         self.states.append(state)
         return state
 

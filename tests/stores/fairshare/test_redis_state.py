@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from mindrouter.scheduling import FairPolicy, FairQueue, Job
 from mindrouter.stores.fairshare import RedisFairShareState
+from mindrouter.stores.shared import RedisLink
 
 from .conftest import SharedRedis, open_shared
 
@@ -271,7 +272,9 @@ async def test_without_redis_it_keeps_working_locally_and_catches_up(
 
 async def test_an_unreachable_server_from_the_start_costs_nothing_on_the_request_path() -> None:
     dead = Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.2)
-    state = RedisFairShareState(dead, "mrtest:dead:", sync_interval=0.01, retry_after=0.05)
+    state = RedisFairShareState(
+        RedisLink(dead, "mrtest:dead:", retry_after=0.05), sync_interval=0.01
+    )
     await state.start()
     for _ in range(100):
         state.charge("m", "u", 1.0)
@@ -313,7 +316,7 @@ async def test_background_exchanges_carry_writes_to_other_processes(
 
 
 def test_writes_must_be_finite() -> None:
-    state = RedisFairShareState(Redis(), "mrtest:unused:")
+    state = RedisFairShareState(RedisLink(Redis(), "mrtest:unused:"))
     for bad in (math.inf, -math.inf, math.nan):
         with pytest.raises(ValueError):
             state.charge("m", "u", bad)

@@ -37,30 +37,25 @@ script may have run) is re-sent with the same sequence number and applied at mos
 writes made meanwhile follow in the next exchange. When Redis answers again every process pulls
 the merged counters and they agree again.
 
-Give an injected client short socket timeouts and no retries (`from_url` builds one): each
-exchange is bounded by `timeout` anyway, and redis-py's own retry of a script would bypass the
-sequence check. Targets a single Redis server (or a primary behind Sentinel): the script touches
-keys of several models, which Redis Cluster would reject.
+Give an injected client short socket timeouts and no retries (`RedisLink.from_url` builds
+one): each exchange is bounded by `timeout` anyway, and redis-py's own retry of a script would
+bypass the sequence check. Targets a single Redis server (or a primary behind Sentinel): the
+script touches keys of several models, which Redis Cluster would reject.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
-import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from redis import exceptions as redis_errors
-from redis.asyncio import Redis
 
 from mindrouter.observability.logging import log
 from mindrouter.stores.fairshare import lua
 from mindrouter.stores.fairshare.mirror import Account, Batch, LocalMirror, Pulled
-from mindrouter.stores.outage import ExchangeLoop, Outage
-from mindrouter.stores.redis_client import short_timeout_client, text_of
+from mindrouter.stores.redis_client import text_of
+from mindrouter.stores.shared import RedisLink, SharedStore
 
 DEFAULT_SYNC_INTERVAL = 0.05
 # While requests wait for slots somewhere, decisions follow each other closely: exchange this
@@ -75,14 +70,6 @@ class FairShareUnavailable(Exception):
     """Redis did not complete an exchange (unreachable, timed out, or refused the script)."""
 
 
-@contextmanager
-def _unavailable_on_redis_errors() -> Iterator[None]:
-    try:
-        yield
-    except (redis_errors.RedisError, OSError, TimeoutError) as exc:
-        raise FairShareUnavailable(f"{type(exc).__name__}: {exc}") from exc
-
-
 def _num(value: float) -> str:
     return repr(float(value))
 
@@ -92,84 +79,44 @@ async def _await(result: Awaitable[Any] | Any) -> Any:
     return await cast(Awaitable[Any], result)
 
 
-class RedisFairShareState:
+class RedisFairShareState(SharedStore):
     """`FairShareState` shared through Redis; see the module docstring for the design."""
 
     def __init__(
         self,
-        client: Redis,
-        prefix: str = "mr:",
+        link: RedisLink,
         sync_interval: float = DEFAULT_SYNC_INTERVAL,
         *,
-        timeout: float = 2.0,
-        retry_after: float = 1.0,
         forget_after: float = 600.0,
-        owns_client: bool = False,
         on_degraded: Callable[[str], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not sync_interval > 0 or not timeout > 0 or not retry_after > 0:
-            raise ValueError("sync_interval, timeout and retry_after must be positive")
+        if not sync_interval > 0:
+            raise ValueError("sync_interval must be positive")
+        super().__init__(
+            link,
+            "fairshare:",
+            interval=sync_interval,
+            pause=lambda: self.busy_interval if self.contended() else self.sync_interval,
+            what="fair-share",
+            down="fair-share counters kept locally: Redis unreachable",
+            back="fair-share counters shared through Redis again",
+            min_gap=min(BUSY_MIN_GAP, sync_interval),
+        )
         self.sync_interval = sync_interval
-        self.timeout = timeout
-        self.retry_after = retry_after
-        self._client = client
-        self._owns_client = owns_client
+        self.busy_interval = min(DEFAULT_BUSY_INTERVAL, sync_interval)
         self._on_degraded = on_degraded
-        self._clock = clock
-        self._prefix = f"{prefix}fairshare:"
-        self._sender = uuid.uuid4().hex
-        self._sender_key = f"{self._prefix}sent:{self._sender}"
+        self._sender_key = f"{self._prefix}sent:{self._me}"
         # A process's pending output outlives it by this much at most (and survives this many
         # missed exchanges): long against the exchange interval, short against a stream.
         self._pending_ttl_ms = max(2000, int(sync_interval * 40_000))
-        self._last_ok = clock()
         self._mirror = LocalMirror(forget_after)
         self._script = lua.EXCHANGE
         self._sha: str | None = None
         self._seq = 0
         self._in_doubt: tuple[int, Batch] | None = None  # sent, outcome unknown
-        self._lock = asyncio.Lock()
-        self.busy_interval = min(DEFAULT_BUSY_INTERVAL, sync_interval)
-        self._loop = ExchangeLoop(
-            self.sync,
-            interval=lambda: self.busy_interval if self.contended() else self.sync_interval,
-            retry_after=retry_after,
-            what="fair-share",
-            min_gap=min(BUSY_MIN_GAP, sync_interval),
-        )
         # Whether requests wait for slots in the deployment (set by the composition root).
         self.contended: Callable[[], bool] = lambda: False
-        self._outage = Outage(
-            "fair-share counters kept locally: Redis unreachable",
-            "fair-share counters shared through Redis again",
-            clock,
-        )
-        self.exchanges = 0
         self.failures = 0
-
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        prefix: str = "mr:",
-        sync_interval: float = DEFAULT_SYNC_INTERVAL,
-        *,
-        timeout_seconds: float = 1.0,
-        on_degraded: Callable[[str], None] | None = None,
-    ) -> RedisFairShareState:
-        """A state owning a client with short timeouts and no retries (see the module doc)."""
-        client = short_timeout_client(
-            url, max_connections=2, timeout_seconds=timeout_seconds
-        )  # one exchange at a time, plus one for a concurrent stop()
-        return cls(
-            client,
-            prefix,
-            sync_interval,
-            timeout=2 * timeout_seconds,
-            owns_client=True,
-            on_degraded=on_degraded,
-        )
 
     # -- FairShareState: answered from the mirror, never waits -----------------------------------
 
@@ -205,12 +152,7 @@ class RedisFairShareState:
     def pending_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
         return self._mirror.pending_many(model, users)
 
-    # -- lifecycle ------------------------------------------------------------------------------
-
-    @property
-    def healthy(self) -> bool:
-        """Whether the last exchange reached Redis."""
-        return not self._outage.ongoing
+    # -- the exchange ----------------------------------------------------------------------------
 
     @property
     def pending(self) -> int:
@@ -222,20 +164,10 @@ class RedisFairShareState:
         """The counters this process currently sees, model -> user -> counter."""
         return self._mirror.snapshot()
 
-    async def start(self) -> None:
-        """Starts the background exchanges (a first one right away)."""
-        self._loop.start()
-
-    async def stop(self) -> None:
-        """Stops the exchanges, pushes what is pending (logged if Redis cannot take it), and
-        closes the client if this state owns it."""
-        # A batch still in doubt when its exchange is cancelled is re-sent by the flush below.
-        await self._loop.stop(self.timeout + self.sync_interval)
-        try:
-            await self.flush()
-        finally:
-            if self._owns_client:
-                await self._client.aclose()
+    async def _leave(self) -> None:
+        """Pushes what is pending (logged if Redis cannot take it); a batch still in doubt when
+        its exchange was cancelled is re-sent."""
+        await self.flush()
 
     async def flush(self) -> bool:
         """Exchanges until nothing is pending; False (logged) if Redis could not take it all."""
@@ -264,15 +196,13 @@ class RedisFairShareState:
                 pulled = await self._exchange(seq, batch)
             except FairShareUnavailable as exc:
                 self._degraded(str(exc))
-                if self._clock() - self._last_ok > self._pending_ttl_ms / 1000:
+                if self._silent_for() > self._pending_ttl_ms / 1000:
                     # In Redis the other processes' parts have expired by now: so here.
                     self._mirror.forget_others_pending()
                 return False
             self._in_doubt = None
-            self._last_ok = self._clock()
             self._mirror.merge(pulled)
-            self.exchanges += 1
-            self._outage.succeeded()
+            self._answered()
             return True
 
     # -- internals ------------------------------------------------------------------------------
@@ -306,15 +236,14 @@ class RedisFairShareState:
             args += [key_of(model), user]
         args.append(len(batch.pull_floors))
         args += batch.pull_floors
-        args += [self._pending_ttl_ms, self._prefix, self._sender]
+        args += [self._pending_ttl_ms, self._prefix, self._me]
         args.append(len(batch.publish))
         for model, by_user in batch.publish.items():
             args += [model, len(by_user)]
             for user, value in by_user.items():
                 args += [user, _num(value)]
-        with _unavailable_on_redis_errors():
-            async with asyncio.timeout(self.timeout):
-                reply = await self._eval(keys, args)
+        async with self._round_trip(FairShareUnavailable):
+            reply = await self._eval(keys, args)
         return _parse(batch.pull, batch.pull_floors, reply)
 
     async def _eval(self, keys: Sequence[str], args: Sequence[str | int]) -> Any:

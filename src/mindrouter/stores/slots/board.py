@@ -58,18 +58,13 @@ Keys and the script: `lua.py`.
 from __future__ import annotations
 
 import asyncio
-import time
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
-
-from redis import exceptions as redis_errors
-from redis.asyncio import Redis
+from collections.abc import Mapping, Sequence
 
 from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import Standing
-from mindrouter.stores.outage import ExchangeLoop, Outage
-from mindrouter.stores.redis_client import short_timeout_client, text_of
+from mindrouter.stores.ports import Gate
+from mindrouter.stores.redis_client import text_of
+from mindrouter.stores.shared import RedisLink, SharedStore
 from mindrouter.stores.slots import lua
 from mindrouter.stores.slots.division import best_by_model, order, part, turns
 
@@ -86,25 +81,15 @@ class SlotsUnavailable(Exception):
     """Redis did not complete an exchange."""
 
 
-class Gate(Protocol):
-    """What the board needs of the capacity gate: its best waiters, and a nudge to decide."""
-
-    @property
-    def handing_over(self) -> bool: ...
-
-    def best_waiting(self) -> dict[str, Standing]: ...
-
-    def release(self, model: str) -> None: ...
-
-
-class SharedSlots:
+class SharedSlots(SharedStore):
     """The slot board of `backends`, kept in step with every other process through Redis."""
+
+    shared = True
 
     def __init__(
         self,
-        client: Redis,
+        link: RedisLink,
         backends: Sequence[BackendState],
-        prefix: str = "mr:",
         *,
         interval: float = DEFAULT_INTERVAL,
         busy_interval: float = DEFAULT_BUSY_INTERVAL,
@@ -112,20 +97,21 @@ class SharedSlots:
         min_gap: float = DEFAULT_MIN_GAP,
         defer_limit: float = DEFAULT_DEFER_LIMIT,
         ttl: float = DEFAULT_TTL,
-        timeout: float = 1.0,
-        retry_after: float = 1.0,
-        owns_client: bool = False,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        knobs = (interval, busy_interval, idle_interval, defer_limit, ttl, timeout, retry_after)
+        knobs = (interval, busy_interval, idle_interval, defer_limit, ttl)
         if not all(k > 0 for k in knobs) or min_gap < 0:
             raise ValueError("the slot board's intervals and limits must be positive")
-        self._client = client
-        self._owns_client = owns_client
+        super().__init__(
+            link,
+            "slots:",
+            interval=interval,
+            pause=self._pause,
+            what="slot board",
+            down="backend slots counted per process: Redis unreachable",
+            back="backend slots shared through Redis again",
+            min_gap=min_gap,
+        )
         self._backends = list(backends)
-        self._prefix = f"{prefix}slots:"
-        self._me = uuid.uuid4().hex
-        self.interval = interval
         self.busy_interval = busy_interval
         # Never so long that this process's entry on the board expires between two exchanges.
         self.idle_interval = max(interval, min(idle_interval, ttl / 3))
@@ -133,45 +119,14 @@ class SharedSlots:
         self.min_gap = min_gap
         self.defer_limit = defer_limit
         self.ttl = ttl
-        self.timeout = timeout
-        self.retry_after = retry_after
-        self._clock = clock
-        self._script = client.register_script(lua.EXCHANGE)
+        self._script = self._client.register_script(lua.EXCHANGE)
         self._gate: Gate | None = None
         self._others_best: dict[str, tuple[Standing, str]] = {}  # model -> (best, whose)
         self._mine_best: dict[str, Standing] = {}
         self._deferring: dict[str, float] = {}  # model -> when its free slot was first left
         self._passed_over: dict[str, float] = {}  # backend -> since when free slots go elsewhere
         self._waiting_since = -float("inf")  # when requests last began waiting here
-        self._last_ok = clock()
-        self._lock = asyncio.Lock()
-        self._loop = ExchangeLoop(
-            self.sync,
-            interval=self._pause,
-            retry_after=retry_after,
-            what="slot board",
-            min_gap=min_gap,
-        )
-        self._outage = Outage(
-            "backend slots counted per process: Redis unreachable",
-            "backend slots shared through Redis again",
-            clock,
-        )
-        self.exchanges = 0
         self.overfull = 0  # backends seen above their max_concurrent, summed over exchanges
-
-    @classmethod
-    def from_url(
-        cls,
-        url: str,
-        backends: Sequence[BackendState],
-        prefix: str = "mr:",
-        *,
-        timeout_seconds: float = 1.0,
-    ) -> SharedSlots:
-        # One connection for the exchange and one for stop()'s last one.
-        client = short_timeout_client(url, max_connections=2, timeout_seconds=timeout_seconds)
-        return cls(client, backends, prefix, timeout=2 * timeout_seconds, owns_client=True)
 
     async def track(self, backends: Sequence[BackendState]) -> None:
         """Counts the slots of `backends` from now on (the catalog changed)."""
@@ -181,11 +136,6 @@ class SharedSlots:
     def attach(self, gate: Gate) -> None:
         """The gate whose waiters this process publishes and which decides after exchanges."""
         self._gate = gate
-
-    @property
-    def healthy(self) -> bool:
-        """Whether the last exchange reached Redis."""
-        return not self._outage.ongoing
 
     @property
     def contended(self) -> bool:
@@ -210,7 +160,7 @@ class SharedSlots:
         waits, if the backend is full (the others must not fill it further), or if this is the
         first slot taken during an idle pause that has outlasted `interval` (the others have not
         heard from here as lately as they would have without the pause)."""
-        stale = self._idle and self._clock() - self._last_ok >= self.interval
+        stale = self._idle and self._silent_for() >= self.interval
         if self.contended or backend.full or stale:
             self._idle = False
             self._loop.poke()
@@ -238,23 +188,15 @@ class SharedSlots:
             return 0.0
         return left
 
-    # -- lifecycle -------------------------------------------------------------------------------
+    # -- the exchange ----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        self._loop.start()
-
-    async def stop(self) -> None:
-        """Stops the exchanges and withdraws this process from the board (its slots are free
-        for the others at once), then closes an owned client."""
-        await self._loop.stop(self.timeout + self.interval)
+    async def _leave(self) -> None:
+        """Withdraws this process from the board: its slots are free for the others at once."""
         try:
             async with self._lock:
                 await self._exchange({}, {}, publish=False)
         except SlotsUnavailable as exc:
             self._outage.failed(str(exc))
-        finally:
-            if self._owns_client:
-                await self._client.aclose()
 
     async def sync(self) -> bool:
         """One exchange: publish this process's slots and best waiters, adopt the others'. True
@@ -275,7 +217,7 @@ class SharedSlots:
                 others = await self._exchange(slots, best)
             except SlotsUnavailable as exc:
                 self._outage.failed(str(exc))
-                if self._clock() - self._last_ok > self.ttl:
+                if self._silent_for() > self.ttl:
                     self._forget_others()  # in Redis their entries have expired by now too
                 return False
             if best and not self._mine_best:
@@ -292,9 +234,7 @@ class SharedSlots:
             for model, since in list(self._deferring.items()):
                 if now - since >= self.defer_limit or model not in self._others_best:
                     del self._deferring[model]
-            self._last_ok = self._clock()
-            self.exchanges += 1
-            self._outage.succeeded()
+            self._answered()
         if gate is not None:
             # Capacity may have freed elsewhere, or the others' best waiters changed.
             for model in best:
@@ -357,9 +297,6 @@ class SharedSlots:
             best=best,
             publish=publish,
         )
-        try:
-            async with asyncio.timeout(self.timeout):
-                reply = await self._script(keys=[], args=args)
+        async with self._round_trip(SlotsUnavailable, lua.UnreadableReply):
+            reply = await self._script(keys=[], args=args)
             return lua.parse([text_of(v) for v in reply])
-        except (redis_errors.RedisError, OSError, TimeoutError, lua.UnreadableReply) as exc:
-            raise SlotsUnavailable(f"{type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,192 @@
+"""What the gateway processes share through Redis besides the limits, built on one scaffold.
+
+    RedisLink    how a shared store reaches Redis: client, key prefix, timeouts, clock
+    SharedStore  the scaffold of each such store: its link, its id among the processes, the
+                 background exchange (`ExchangeLoop`), the outage log, start and stop
+    LocalSlots, LocalBreakers
+                 a single process's slot board and breakers: nobody to share with, so they
+                 do nothing (their answers are what the process decides alone)
+    Sharing      what the composition root hands out: the fair-share state, the slot board and
+                 the breakers, and the exchanges to start and stop (none with one process)
+
+The stores built on the scaffold are `fairshare.RedisFairShareState`, `breakers.SharedBreakers`
+and `slots.SharedSlots`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+
+from mindrouter.routing.catalog import BackendState
+from mindrouter.scheduling import FairShareState, Standing
+from mindrouter.stores.outage import ExchangeLoop, Outage
+from mindrouter.stores.ports import BreakerBoard, Gate, SlotBoard
+from mindrouter.stores.redis_client import short_timeout_client
+
+# What a round trip to Redis may raise: the server's refusals, the network's, a timeout.
+_REDIS_ERRORS: tuple[type[Exception], ...] = (redis_errors.RedisError, OSError, TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class RedisLink:
+    """How a shared store reaches Redis. Give an injected client short socket timeouts and no
+    retries (`from_url` builds one): a retried script would push its writes twice."""
+
+    client: Redis
+    prefix: str = "mr:"  # of every key the store writes
+    timeout: float = 2.0  # bounds each round trip
+    retry_after: float = 1.0  # the pause after an exchange that failed
+    owns_client: bool = False  # closed when the store stops
+    clock: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def from_url(
+        cls, url: str, prefix: str = "mr:", *, connections: int, timeout_seconds: float = 1.0
+    ) -> RedisLink:
+        """A link owning a client of `connections` connections with short timeouts."""
+        client = short_timeout_client(
+            url, max_connections=connections, timeout_seconds=timeout_seconds
+        )
+        return cls(client, prefix, timeout=2 * timeout_seconds, owns_client=True)
+
+
+class SharedStore:
+    """A store kept in step with the other gateway processes by a background exchange with
+    Redis: `sync` is one exchange (True if Redis answered; errors are logged, never raised),
+    run every `pause()` seconds by the loop `start` starts; `stop` stops it, lets the store
+    take its leave (`_leave`: push what is left, withdraw), and closes an owned client."""
+
+    connections = 2  # for `RedisLink.from_url`: the exchange, and stop()'s last one
+
+    def __init__(
+        self,
+        link: RedisLink,
+        keys: str,
+        *,
+        interval: float,
+        pause: Callable[[], float],
+        what: str,
+        down: str,
+        back: str,
+        min_gap: float = 0.0,
+    ) -> None:
+        if not link.timeout > 0 or not link.retry_after > 0:
+            raise ValueError(f"the {what}'s timeout and retry_after must be positive")
+        self._client = link.client
+        self._owns_client = link.owns_client
+        self._prefix = f"{link.prefix}{keys}"
+        self._clock = link.clock
+        self._me = uuid.uuid4().hex  # this process among the others
+        self.interval = interval
+        self.timeout = link.timeout
+        self.retry_after = link.retry_after
+        self._lock = asyncio.Lock()  # one exchange at a time
+        self._loop = ExchangeLoop(
+            self.sync, interval=pause, retry_after=link.retry_after, what=what, min_gap=min_gap
+        )
+        self._outage = Outage(down, back, link.clock)
+        self._last_ok = link.clock()  # when an exchange last reached Redis
+        self.exchanges = 0
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the last exchange reached Redis."""
+        return not self._outage.ongoing
+
+    def _answered(self) -> None:
+        """An exchange reached Redis."""
+        self._last_ok = self._clock()
+        self.exchanges += 1
+        self._outage.succeeded()
+
+    def _silent_for(self) -> float:
+        """Seconds since an exchange last reached Redis."""
+        return self._clock() - self._last_ok
+
+    async def start(self) -> None:
+        """Starts the background exchanges (a first one right away)."""
+        self._loop.start()
+
+    async def stop(self) -> None:
+        # An exchange in progress may finish: cancelling it could leave its writes in doubt.
+        await self._loop.stop(self.timeout + self.interval)
+        try:
+            await self._leave()
+        finally:
+            if self._owns_client:
+                await self._client.aclose()
+
+    async def sync(self) -> bool:
+        raise NotImplementedError
+
+    async def _leave(self) -> None:
+        raise NotImplementedError
+
+    @contextlib.asynccontextmanager
+    async def _round_trip(
+        self, error: type[Exception], *also: type[Exception]
+    ) -> AsyncIterator[None]:
+        """Bounds a round trip by `timeout`, and translates what Redis raised (and `also`) into
+        the store's own `error`, once."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                yield
+        except (*_REDIS_ERRORS, *also) as exc:
+            raise error(f"{type(exc).__name__}: {exc}") from exc
+
+
+class LocalBreakers:
+    """The breakers of a single process: each backend's breaker decides alone."""
+
+    async def claim_probe(self, backend: BackendState) -> bool:
+        return True
+
+    def changed(self) -> None:
+        pass
+
+    async def track(self, backends: Sequence[BackendState]) -> None:
+        pass
+
+
+class LocalSlots:
+    """The slots of a single process: its own requests are the whole load, and every free slot
+    is its own to hand out."""
+
+    shared = False
+
+    def attach(self, gate: Gate) -> None:
+        pass
+
+    async def track(self, backends: Sequence[BackendState]) -> None:
+        pass
+
+    def changed(self, backend: BackendState) -> None:
+        pass
+
+    def others_best(self) -> dict[str, Standing]:
+        return {}
+
+    def defer(self, model: str, best_here: Standing, now: float) -> float:
+        return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sharing:
+    """What this process shares with the others (or their stand-ins, with one process)."""
+
+    fairshare: FairShareState
+    slots: SlotBoard
+    breakers: BreakerBoard
+    exchanges: Sequence[SharedStore] = ()  # started in this order, and stopped
+
+    async def start(self) -> None:
+        for store in self.exchanges:
+            await store.start()
