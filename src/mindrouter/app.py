@@ -263,7 +263,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     app.router.routes.extend(anthropic_routes(gateway, settings))
     app.router.routes.extend(ollama_routes(gateway))
     app.router.routes.extend(usage_routes(gateway, stores))
-    app.router.routes.extend(routing_admin_routes(gateway))
+    app.router.routes.extend(routing_admin_routes(gateway, catalog_sync.set_draining))
     app.include_router(admin_router(stores, authenticator))
     if settings.console.enabled:
         # Last: the console's pages never stand before an API route in the matching order.
@@ -273,6 +273,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
             gateway=gateway,
             authenticator=authenticator,
             trusted=trusted,
+            set_draining=catalog_sync.set_draining,
         )
         app.router.routes.append(Mount("/console", console))
     return app

@@ -26,6 +26,7 @@ from mindrouter.backends.base import EngineAdapter
 from mindrouter.backends.monitor import BackendMonitor
 from mindrouter.backends.ollama import OllamaAdapter
 from mindrouter.components import backend_adapter, backend_state, model_specs
+from mindrouter.errors import NotFound
 from mindrouter.observability.logging import log
 from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.catalog import BackendState, Catalog
@@ -91,6 +92,16 @@ class CatalogSync:
             await adapter.aclose()
         self._retired.clear()
 
+    async def set_draining(self, name: str, draining: bool) -> BackendState:
+        """Drains a routed backend (or takes it back into service) in every process: its row
+        first, which the other processes read at their next poll, then here at once."""
+        state = next((b for b in self.catalog.backends if b.name == name), None)
+        if state is None:
+            raise NotFound(f"no backend named '{name}'")
+        await self._rows.set_draining(name, draining)
+        state.draining = draining
+        return state
+
     async def _poll_logged(self) -> bool:
         try:
             await self.poll()
@@ -126,6 +137,7 @@ class CatalogSync:
         configs = [
             with_file_fields(r, file.get(r.config.name)) for r in rows.backends if r.config.enabled
         ]
+        draining = {r.config.name for r in rows.backends if r.draining}
         current = {b.name: b for b in self.catalog.backends}
         before = {name: state.config for name, state in current.items()}
         states: list[BackendState] = []
@@ -139,6 +151,7 @@ class CatalogSync:
                 if c.models is not None or state.config.models is not None:
                     state.serves = fresh.serves
                 state.config, state.features = c, fresh.features
+            state.draining = c.name in draining
             states.append(state)
         self.catalog.replace(specs, states, retired)
         kept = {c.name: c for c in configs}

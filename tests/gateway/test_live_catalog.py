@@ -181,3 +181,37 @@ def test_the_same_through_the_cli(pair: Pair) -> None:
     wait_for_status(pair, 200)
     cli("backends", "delete", "extra-2", "--config", config)
     wait_for_status(pair, 404)
+
+
+def routing_status(url: str, key: str, name: str) -> str | None:
+    r = http.get(url + "/admin/routing/backends", headers=bearer(key))
+    assert r.status_code == 200, r.text
+    return next((b["status"] for b in r.json()["data"] if b["name"] == name), None)
+
+
+def wait_for_routing_status(pair: Pair, name: str, status: str) -> None:
+    start = time.monotonic()
+    for proc in pair.procs:
+        while (seen := routing_status(proc.url, pair.admin_key, name)) != status:
+            assert time.monotonic() - start < DEADLINE_S, f"{proc.url}: {name} still {seen}"
+            time.sleep(0.02)
+
+
+def test_a_drain_on_one_process_holds_on_every_process(pair: Pair) -> None:
+    admin = bearer(pair.admin_key)
+    body = {"name": "extra-2", "engine": "vllm", "url": pair.extra_url, "models": [{"name": EXTRA}]}
+    r = http.post(pair.procs[0].url + "/admin/backends", json=body, headers=admin)
+    assert r.status_code == 201, r.text
+    try:
+        wait_for_status(pair, 200)
+        r = http.post(pair.procs[0].url + "/admin/routing/backends/extra-2/drain", headers=admin)
+        assert r.status_code == 200 and r.json()["status"] == "DRAINING", r.text
+        # The other process too: neither sends it anything new (a request for its model waits
+        # for capacity, tests/gateway/test_health.py), and a restart would keep the drain.
+        wait_for_routing_status(pair, "extra-2", "DRAINING")
+        r = http.post(pair.procs[1].url + "/admin/routing/backends/extra-2/undrain", headers=admin)
+        assert r.status_code == 200 and r.json()["status"] == "HEALTHY", r.text
+        wait_for_routing_status(pair, "extra-2", "HEALTHY")
+        wait_for_status(pair, 200)
+    finally:
+        http.delete(pair.procs[0].url + "/admin/backends/extra-2", headers=admin)

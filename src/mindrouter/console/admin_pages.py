@@ -20,7 +20,6 @@ from mindrouter.console.render import flash, page
 from mindrouter.errors import InvalidRequest, NotFound
 from mindrouter.http.routing_admin_routes import backend_view
 from mindrouter.identity.passwords import password_problem
-from mindrouter.routing.catalog import BackendState
 from mindrouter.stores.audit_records import AuditFilter
 from mindrouter.stores.records import GroupChanges, GroupLimits, UserChanges
 from mindrouter.stores.sql.accounts import ConsoleAccount
@@ -209,14 +208,6 @@ async def revoke_key(request: Request, account: ConsoleAccount) -> Response:
 # -- backends and the queue ----------------------------------------------------------------------
 
 
-def _backend(request: Request) -> BackendState:
-    name = request.path_params["name"]
-    for b in console_of(request).gateway.catalog.backends:
-        if b.name == name:
-            return b
-    raise NotFound(f"no backend named {name!r}")
-
-
 @admin_only
 async def backends(request: Request, account: ConsoleAccount) -> Response:
     gateway = console_of(request).gateway
@@ -227,8 +218,7 @@ async def backends(request: Request, account: ConsoleAccount) -> Response:
 
 async def _set_draining(request: Request, draining: bool) -> Response:
     await checked_form(request)
-    b = _backend(request)
-    b.draining = draining
+    b = await console_of(request).set_draining(request.path_params["name"], draining)
     flash(request, f"Backend {b.name} {'draining' if draining else 'taking work again'}.")
     return _back("backends")
 

@@ -28,6 +28,7 @@ from mindrouter.console.user_pages import user_routes
 from mindrouter.errors import MindRouterError
 from mindrouter.http.common import TrustedProxies
 from mindrouter.http.errors import STATUS_BY_KIND
+from mindrouter.http.routing_admin_routes import SetDraining
 from mindrouter.identity.attempts import FailedAttempts
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.identity.passwords import Passwords
@@ -70,6 +71,7 @@ def build_console(
     gateway: Gateway,
     authenticator: Authenticator,
     trusted: TrustedProxies,
+    set_draining: SetDraining,
     passwords: Passwords | None = None,
 ) -> Starlette:
     console = Console(
@@ -77,6 +79,7 @@ def build_console(
         stores=stores,
         gateway=gateway,
         authenticator=authenticator,
+        set_draining=set_draining,
         passwords=passwords or Passwords(),
         sign_in_failures=FailedAttempts(
             settings.console.sign_in_failures_per_minute, time.monotonic

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mindrouter.http.routing_admin_routes import SetDraining
 from mindrouter.identity.attempts import FailedAttempts
 from mindrouter.identity.authenticate import Authenticator
 from mindrouter.identity.passwords import Passwords
@@ -20,6 +21,7 @@ class Console:
     stores: SqlStores
     gateway: Gateway
     authenticator: Authenticator
+    set_draining: SetDraining  # drains a backend in every process
     passwords: Passwords = field(default_factory=Passwords)
     sign_in_failures: FailedAttempts = field(
         default_factory=lambda: FailedAttempts(10, time.monotonic)

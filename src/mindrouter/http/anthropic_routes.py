@@ -13,7 +13,7 @@ the request id (`anthropic fields dropped`), field by field.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -21,8 +21,10 @@ from starlette.routing import BaseRoute, Route
 
 from mindrouter.dialects import anthropic as dialect
 from mindrouter.dialects.anthropic.fields import Dropped
-from mindrouter.http.common import json_response, new_context, read_json, stream_response
+from mindrouter.http.common import json_response, stream_response
+from mindrouter.http.entry import Endpoint, Entry
 from mindrouter.observability.logging import log
+from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.settings import Settings
 from mindrouter.tokens import estimate_chat_input
@@ -33,12 +35,11 @@ def _log_dropped(dropped: Dropped) -> None:
         log.debug("anthropic fields dropped", fields=dropped.paths)
 
 
-def anthropic_models_handler(gateway: Gateway) -> Callable[[Request], Awaitable[Response]]:
+def anthropic_models_handler(gateway: Gateway) -> Endpoint:
     """`GET /v1/models` in Anthropic's shape, for the routes of both prefixes."""
 
-    async def models(request: Request) -> Response:
-        ctx = new_context(request, "anthropic")
-        await gateway.authenticate(ctx, request.headers)
+    @Entry(gateway, "anthropic").with_request
+    async def models(ctx: RequestContext, request: Request) -> Response:
         ids = [name for spec in gateway.models_for(ctx) for name in (spec.name, *spec.aliases)]
         created = datetime.datetime.fromtimestamp(ctx.created, datetime.UTC).isoformat()
         return json_response(dialect.encode_model_list(ids, created_at=created), ctx)
@@ -48,11 +49,10 @@ def anthropic_models_handler(gateway: Gateway) -> Callable[[Request], Awaitable[
 
 def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     key = settings.secret_key.encode()
+    entry = Entry(gateway, "anthropic")
 
-    async def messages(request: Request) -> Response:
-        ctx = new_context(request, "anthropic")
-        await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request)
+    @entry.with_body
+    async def messages(ctx: RequestContext, body: Any) -> Response:
         dropped = Dropped()
         req = dialect.decode_messages_request(body, signing_key=key, dropped=dropped)
         _log_dropped(dropped)
@@ -82,10 +82,8 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
         response.headers.update(headers)
         return response
 
-    async def count_tokens(request: Request) -> Response:
-        ctx = new_context(request, "anthropic")
-        await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request)
+    @entry.with_body
+    async def count_tokens(ctx: RequestContext, body: Any) -> Response:
         dropped = Dropped()
         req = dialect.decode_count_tokens_request(body, signing_key=key, dropped=dropped)
         _log_dropped(dropped)

@@ -1,8 +1,5 @@
-"""What every dialect's routes share: body parsing, request context, JSON and stream responses.
-
-By the time a route runs, the edge middleware (`http/edge.py`) has checked the key on the headers
-and bounds the body it may read (size and idle time); `read_json` adds the checks on the
-decoded value, so every route that reads its body this way gets all of them.
+"""What every dialect's routes share: the request context, the caller's address, JSON and
+stream responses. How a route takes a request (context, caller, body) is `http/entry.py`.
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from mindrouter.canonical import Done, StreamEvent, StreamFailed
-from mindrouter.http.bodies import decode_body
 from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
 
 
@@ -89,12 +85,6 @@ def client_address(peer: str | None, forwarded: str | None, trusted: TrustedProx
             except ValueError:
                 return peer
     return peer
-
-
-async def read_json(request: Request) -> Any:
-    """The body, decoded and checked. Its size and arrival are bounded by the edge middleware,
-    which applies `max_body_bytes` to every route as the body streams in."""
-    return await decode_body(await request.body())
 
 
 def json_response(body: Any, ctx: RequestContext, status: int = 200) -> Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -20,13 +21,8 @@ from mindrouter.canonical import (
     ToolCallStart,
 )
 from mindrouter.dialects import ollama as dialect
-from mindrouter.http.common import (
-    StreamEncoder,
-    json_response,
-    new_context,
-    read_json,
-    stream_response,
-)
+from mindrouter.http.common import StreamEncoder, json_response, stream_response
+from mindrouter.http.entry import Entry
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.routing.catalog import ModelSpec
@@ -73,6 +69,7 @@ async def _collect(
 
 
 def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
+    entry = Entry(gateway, "ollama")
 
     def view(spec: ModelSpec, now: float) -> dialect.ModelView:
         last = gateway.catalog.last_used(spec.name)
@@ -92,10 +89,8 @@ def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
         cls = dialect.GenerateStreamEncoder if generate else dialect.ChatStreamEncoder
         return cls(model=model, clock=time.monotonic, started_at=ctx.received_at, now_iso=_now_iso)
 
-    async def chat(request: Request) -> Response:
-        ctx = new_context(request, "ollama")
-        await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request)
+    @entry.with_body
+    async def chat(ctx: RequestContext, body: Any) -> Response:
         action = dialect.chat_load_action(body)
         if action is not None:
             req = dialect.decode_chat_request(body)
@@ -119,10 +114,8 @@ def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
             ctx,
         )
 
-    async def generate(request: Request) -> Response:
-        ctx = new_context(request, "ollama")
-        await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request)
+    @entry.with_body
+    async def generate(ctx: RequestContext, body: Any) -> Response:
         action = dialect.generate_load_action(body)
         req = dialect.decode_generate_request(body)
         if action is not None:
@@ -150,46 +143,40 @@ def ollama_routes(gateway: Gateway) -> list[BaseRoute]:
             ctx,
         )
 
-    async def embed(request: Request) -> Response:
-        ctx = new_context(request, "ollama")
-        await gateway.authenticate(ctx, request.headers)
-        req = dialect.decode_embed_request(await read_json(request))
+    @entry.with_body
+    async def embed(ctx: RequestContext, body: Any) -> Response:
+        req = dialect.decode_embed_request(body)
         result = await gateway.embed(ctx, req)
         return json_response(
             dialect.encode_embed_response(result, model=req.model, timings=_timings(ctx)), ctx
         )
 
-    async def embeddings(request: Request) -> Response:
-        ctx = new_context(request, "ollama")
-        await gateway.authenticate(ctx, request.headers)
-        req = dialect.decode_embeddings_request(await read_json(request))
+    @entry.with_body
+    async def embeddings(ctx: RequestContext, body: Any) -> Response:
+        req = dialect.decode_embeddings_request(body)
         result = await gateway.embed(ctx, req)
         return json_response(dialect.encode_embeddings_response(result), ctx)
 
-    async def tags(request: Request) -> Response:
-        ctx = new_context(request, "ollama")
-        await gateway.authenticate(ctx, request.headers)
+    @entry.with_request
+    async def tags(ctx: RequestContext, request: Request) -> Response:
         now = time.monotonic()
         views = [view(s, now) for s in gateway.models_for(ctx)]
         return json_response(dialect.encode_tags(views), ctx)
 
-    async def ps(request: Request) -> Response:
-        ctx = new_context(request, "ollama")
-        await gateway.authenticate(ctx, request.headers)
+    @entry.with_request
+    async def ps(ctx: RequestContext, request: Request) -> Response:
         now = time.monotonic()
         views = [v for v in (view(s, now) for s in gateway.models_for(ctx)) if v.loaded]
         return json_response(dialect.encode_ps(views), ctx)
 
-    async def show(request: Request) -> Response:
-        ctx = new_context(request, "ollama")
-        await gateway.authenticate(ctx, request.headers)
-        name = dialect.decode_show_request(await read_json(request))
+    @entry.with_body
+    async def show(ctx: RequestContext, body: Any) -> Response:
+        name = dialect.decode_show_request(body)
         spec = await gateway.model_for(ctx, name)
         return json_response(dialect.encode_show(view(spec, time.monotonic())), ctx)
 
-    async def version(request: Request) -> Response:
-        ctx = new_context(request, "ollama")
-        await gateway.authenticate(ctx, request.headers)
+    @entry.with_request
+    async def version(ctx: RequestContext, request: Request) -> Response:
         return json_response(dialect.encode_version(__version__), ctx)
 
     async def root(request: Request) -> Response:

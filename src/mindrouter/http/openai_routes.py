@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -9,18 +11,19 @@ from starlette.routing import BaseRoute, Route
 from mindrouter.dialects import openai as dialect
 from mindrouter.errors import ModelNotFound
 from mindrouter.http.anthropic_routes import anthropic_models_handler
-from mindrouter.http.common import json_response, new_context, read_json, stream_response
+from mindrouter.http.common import json_response, stream_response
+from mindrouter.http.entry import Entry
+from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.settings import Settings
 
 
 def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     reasoning_field = settings.reasoning_field
+    entry = Entry(gateway, "openai")
 
-    async def chat_completions(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request)
+    @entry.with_body
+    async def chat_completions(ctx: RequestContext, body: Any) -> Response:
         req = dialect.decode_chat_request(body)
         if req.stream:
             events = await gateway.open_chat_stream(ctx, req)
@@ -44,10 +47,8 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
             ctx,
         )
 
-    async def completions(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request)
+    @entry.with_body
+    async def completions(ctx: RequestContext, body: Any) -> Response:
         req = dialect.decode_completion_request(body)
         if req.stream:
             events = await gateway.open_complete_stream(ctx, req)
@@ -66,16 +67,19 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
             ctx,
         )
 
-    async def embeddings(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request)
+    @entry.with_body
+    async def embeddings(ctx: RequestContext, body: Any) -> Response:
         req, encoding = dialect.decode_embedding_request(body)
         result = await gateway.embed(ctx, req)
         return json_response(
             dialect.encode_embedding_response(result, model=req.model, encoding_format=encoding),
             ctx,
         )
+
+    @entry.with_request
+    async def openai_models(ctx: RequestContext, request: Request) -> Response:
+        ids = [name for spec in gateway.models_for(ctx) for name in (spec.name, *spec.aliases)]
+        return json_response(dialect.encode_model_list(ids, created=ctx.created), ctx)
 
     anthropic_models = anthropic_models_handler(gateway)
 
@@ -84,14 +88,10 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
         # they always send their version header, which no OpenAI client does.
         if "anthropic-version" in request.headers:
             return await anthropic_models(request)
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
-        ids = [name for spec in gateway.models_for(ctx) for name in (spec.name, *spec.aliases)]
-        return json_response(dialect.encode_model_list(ids, created=ctx.created), ctx)
+        return await openai_models(request)
 
-    async def get_model(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
+    @entry.with_request
+    async def get_model(ctx: RequestContext, request: Request) -> Response:
         model_id = request.path_params["model_id"]
         spec = await gateway.model_for(ctx, model_id)
         if not gateway.catalog.serving(spec.name):

@@ -7,12 +7,15 @@
 
 from __future__ import annotations
 
-from starlette.requests import Request
+from typing import Any
+
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from mindrouter.dialects import openai as dialect
-from mindrouter.http.common import json_response, new_context, read_json
+from mindrouter.http.common import json_response
+from mindrouter.http.entry import Entry
+from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 
 RERANK_PATHS = ("/v1/rerank", "/rerank", "/v2/rerank")
@@ -20,11 +23,11 @@ SCORE_PATHS = ("/v1/score", "/score")
 
 
 def relevance_routes(gateway: Gateway) -> list[BaseRoute]:
+    entry = Entry(gateway, "openai")
 
-    async def rerank(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
-        req, options = dialect.decode_rerank_request(await read_json(request))
+    @entry.with_body
+    async def rerank(ctx: RequestContext, body: Any) -> Response:
+        req, options = dialect.decode_rerank_request(body)
         result = await gateway.score(ctx, req)
         return json_response(
             dialect.encode_rerank_response(
@@ -33,10 +36,9 @@ def relevance_routes(gateway: Gateway) -> list[BaseRoute]:
             ctx,
         )
 
-    async def score(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
-        req = dialect.decode_score_request(await read_json(request))
+    @entry.with_body
+    async def score(ctx: RequestContext, body: Any) -> Response:
+        req = dialect.decode_score_request(body)
         result = await gateway.score(ctx, req)
         return json_response(
             dialect.encode_score_response(

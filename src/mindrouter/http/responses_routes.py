@@ -18,7 +18,8 @@ from starlette.routing import BaseRoute, Route
 from mindrouter.canonical import Message
 from mindrouter.dialects import responses as dialect
 from mindrouter.errors import InvalidRequest, MindRouterError, NotFound
-from mindrouter.http.common import json_response, new_context, read_json, stream_response
+from mindrouter.http.common import json_response, stream_response
+from mindrouter.http.entry import Entry
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
@@ -34,6 +35,7 @@ def responses_routes(
     gateway: Gateway, settings: Settings, store: SqlResponseStore
 ) -> list[BaseRoute]:
     keep_any = settings.responses_retention_days > 0
+    entry = Entry(gateway, "openai")
 
     def owner(ctx: RequestContext) -> int:
         assert ctx.principal is not None  # authenticate() has run
@@ -55,10 +57,8 @@ def responses_routes(
         items = [*prior.context, *prior.response.get("output", [])]
         return items, dialect.decode_input(items, "previous_response_id")
 
-    async def create(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request)
+    @entry.with_body
+    async def create(ctx: RequestContext, body: Any) -> Response:
         prior_items, prior = await history(ctx, body)
         req, options = dialect.decode_responses_request(body, prior)
         if options.tools.dropped or options.ignored:
@@ -109,15 +109,13 @@ def responses_routes(
         await keep(response)
         return json_response(response, ctx)
 
-    async def retrieve(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
+    @entry.with_request
+    async def retrieve(ctx: RequestContext, request: Request) -> Response:
         found = await stored(ctx, request.path_params["response_id"], None)
         return json_response(found.response, ctx)
 
-    async def remove(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
+    @entry.with_request
+    async def remove(ctx: RequestContext, request: Request) -> Response:
         response_id = request.path_params["response_id"]
         if not await store.delete(owner(ctx), response_id):
             raise NotFound(f"no response with id '{response_id}' was found")
@@ -125,16 +123,13 @@ def responses_routes(
             {"id": response_id, "object": "response.deleted", "deleted": True}, ctx
         )
 
-    async def input_items(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
+    @entry.with_request
+    async def input_items(ctx: RequestContext, request: Request) -> Response:
         found = await stored(ctx, request.path_params["response_id"], None)
         return json_response(_page(found.input_items, request.query_params), ctx)
 
-    async def input_tokens(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
-        body = await read_json(request)
+    @entry.with_body
+    async def input_tokens(ctx: RequestContext, body: Any) -> Response:
         if isinstance(body, dict) and body.get("input") is None:
             body = {**body, "input": []}
         _, prior = await history(ctx, body)

@@ -4,13 +4,14 @@ and undrain, the fair queue per model and per user, and the scores of recent rou
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from mindrouter.errors import Forbidden, NotFound
+from mindrouter.errors import Forbidden
 from mindrouter.http.common import json_response, new_context
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
@@ -46,7 +47,11 @@ def backend_view(b: BackendState, now: float) -> dict[str, Any]:
     }
 
 
-def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
+# Drains a backend (True) or takes it back (False) in every process; NotFound for no such one.
+SetDraining = Callable[[str, bool], Awaitable[BackendState]]
+
+
+def routing_admin_routes(gateway: Gateway, set_draining: SetDraining) -> list[BaseRoute]:
     async def admin(request: Request) -> RequestContext:
         ctx = new_context(request, "openai")
         await gateway.authenticate(ctx, request.headers)
@@ -55,12 +60,6 @@ def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
             raise Forbidden("this endpoint needs an admin API key")
         return ctx
 
-    def backend(name: str) -> BackendState:
-        for b in gateway.catalog.backends:
-            if b.name == name:
-                return b
-        raise NotFound(f"no backend named '{name}'")
-
     async def backends(request: Request) -> Response:
         ctx = await admin(request)
         now = gateway.views.now()
@@ -68,17 +67,16 @@ def routing_admin_routes(gateway: Gateway) -> list[BaseRoute]:
             {"data": [backend_view(b, now) for b in gateway.catalog.backends]}, ctx
         )
 
-    async def set_draining(request: Request, draining: bool) -> Response:
+    async def drained(request: Request, draining: bool) -> Response:
         ctx = await admin(request)
-        b = backend(request.path_params["name"])
-        b.draining = draining
+        b = await set_draining(request.path_params["name"], draining)
         return json_response(backend_view(b, gateway.views.now()), ctx)
 
     async def drain(request: Request) -> Response:
-        return await set_draining(request, True)
+        return await drained(request, True)
 
     async def undrain(request: Request) -> Response:
-        return await set_draining(request, False)
+        return await drained(request, False)
 
     async def queue(request: Request) -> Response:
         ctx = await admin(request)

@@ -10,8 +10,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from mindrouter.errors import Forbidden
-from mindrouter.http.common import json_response, new_context
+from mindrouter.http.common import json_response
+from mindrouter.http.entry import Entry
 from mindrouter.identity.principal import effective_limits
+from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.stores.limits import Limits, UsageSnapshot
 from mindrouter.stores.sql import SqlStores
@@ -51,9 +53,10 @@ def usage_body(user: str, group: str, weight: float, limits: Limits, snap: Usage
 
 
 def usage_routes(gateway: Gateway, stores: SqlStores) -> list[BaseRoute]:
-    async def own(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
+    entry = Entry(gateway, "openai")
+
+    @entry.with_request
+    async def own(ctx: RequestContext, request: Request) -> Response:
         p = ctx.principal
         assert p is not None
         limits = Limits(p.token_budget, p.rpm, p.max_concurrent, p.budget_period_days)
@@ -62,9 +65,8 @@ def usage_routes(gateway: Gateway, stores: SqlStores) -> list[BaseRoute]:
             usage_body(p.user_name, p.group_name, p.scheduler_weight, limits, snap), ctx
         )
 
-    async def anyone(request: Request) -> Response:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
+    @entry.with_request
+    async def anyone(ctx: RequestContext, request: Request) -> Response:
         assert ctx.principal is not None
         if not ctx.principal.is_admin:
             raise Forbidden("this endpoint needs an admin API key")

@@ -125,11 +125,13 @@ class KeyRecord:
 @dataclass(frozen=True, slots=True)
 class Backend:
     """A backend's row: its configuration (the file-only fields at their defaults, see
-    `routing/backend_config.py`) and the row's own id and time of the last change."""
+    `routing/backend_config.py`), the row's own id and time of the last change, and whether an
+    admin drains it (operational state, not configuration: the file never sets it)."""
 
     id: int
     config: BackendConfig
     updated_at: datetime
+    draining: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,7 @@ def backend_from_row(row: AnyRow) -> Backend:
         if served is None
         else [BackendModel(m["name"], m.get("upstream", m["name"])) for m in served],
     )
-    return Backend(id=row.id, config=config, updated_at=row.updated_at)
+    return Backend(id=row.id, config=config, updated_at=row.updated_at, draining=bool(row.draining))
 
 
 def model_from_row(row: AnyRow) -> Model:
@@ -129,6 +129,11 @@ class SqlCatalog:
         values = backend_values(changes)
         check_backend(values)
         await self._update(backends, name, values, "backend")
+        return await self.get_backend(name)
+
+    async def set_draining(self, name: str, draining: bool) -> Backend:
+        """Drains the backend (or takes it back into service) in every process."""
+        await self._update(backends, name, {"draining": draining}, "backend")
         return await self.get_backend(name)
 
     async def delete_backend(self, name: str) -> None:

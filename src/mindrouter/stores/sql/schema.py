@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 from mindrouter.stores.sql.columns import (
@@ -111,6 +112,8 @@ backends = Table(
     Column(
         "models", JSON(none_as_null=True), nullable=True
     ),  # [{"name", "upstream"}] or NULL: discovered
+    # Set by an admin: every process finishes what runs there and sends nothing new.
+    Column("draining", Boolean, nullable=False, server_default=false()),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
 )
