@@ -12,7 +12,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from mindrouter.errors import Forbidden
-from mindrouter.http.common import json_response, new_context
+from mindrouter.http.common import json_response
+from mindrouter.http.entry import Entry
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.routing.catalog import STRUCTURED_OUTPUT, BackendState
@@ -52,34 +53,37 @@ SetDraining = Callable[[str, bool], Awaitable[BackendState]]
 
 
 def routing_admin_routes(gateway: Gateway, set_draining: SetDraining) -> list[BaseRoute]:
-    async def admin(request: Request) -> RequestContext:
-        ctx = new_context(request, "openai")
-        await gateway.authenticate(ctx, request.headers)
+    entry = Entry(gateway, "openai")
+
+    def admin(ctx: RequestContext) -> None:
         assert ctx.principal is not None
         if not ctx.principal.is_admin:
             raise Forbidden("this endpoint needs an admin API key")
-        return ctx
 
-    async def backends(request: Request) -> Response:
-        ctx = await admin(request)
+    @entry.with_request
+    async def backends(ctx: RequestContext, request: Request) -> Response:
+        admin(ctx)
         now = gateway.views.now()
         return json_response(
             {"data": [backend_view(b, now) for b in gateway.catalog.backends]}, ctx
         )
 
-    async def drained(request: Request, draining: bool) -> Response:
-        ctx = await admin(request)
+    async def drained(ctx: RequestContext, request: Request, draining: bool) -> Response:
+        admin(ctx)
         b = await set_draining(request.path_params["name"], draining)
         return json_response(backend_view(b, gateway.views.now()), ctx)
 
-    async def drain(request: Request) -> Response:
-        return await drained(request, True)
+    @entry.with_request
+    async def drain(ctx: RequestContext, request: Request) -> Response:
+        return await drained(ctx, request, True)
 
-    async def undrain(request: Request) -> Response:
-        return await drained(request, False)
+    @entry.with_request
+    async def undrain(ctx: RequestContext, request: Request) -> Response:
+        return await drained(ctx, request, False)
 
-    async def queue(request: Request) -> Response:
-        ctx = await admin(request)
+    @entry.with_request
+    async def queue(ctx: RequestContext, request: Request) -> Response:
+        admin(ctx)
         views = gateway.views
         snap = dataclasses.asdict(views.queue())
         snap["recent_decisions"] = views.recent_decisions()
