@@ -126,7 +126,9 @@ def pair() -> Iterator[tuple[Cluster, Replica]]:
             "redis_url": redis.url,
             "redis_prefix": redis.prefix,
             "breaker_threshold": 1,
-            "breaker_cooldown_s": 0.5,
+            # Longer than an idle gateway's breaker exchange (every 0.5 s), so the second one
+            # sees the breaker open before it half-opens.
+            "breaker_cooldown_s": 2.0,
             "capacity_wait_s": 20,
         }
         # A slow probe: the other gateway's requests arrive while it runs.

@@ -10,8 +10,8 @@ import pytest
 from mindrouter.canonical import ChatRequest
 from mindrouter.canonical.content import Message, TextPart
 from mindrouter.canonical.request import Tool
-from mindrouter.pipeline import flight
-from mindrouter.pipeline.flight import OFF_LOOP_CHARS, estimate_input, estimate_input_off_loop
+from mindrouter.pipeline import estimate
+from mindrouter.pipeline.estimate import OFF_LOOP_CHARS, estimate_input, estimate_input_off_loop
 
 
 def chat(text: str, tools: int = 0) -> ChatRequest:
@@ -35,13 +35,13 @@ async def test_a_large_prompt_is_counted_in_a_worker_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     threads: list[int] = []
-    real = flight.estimate_input
+    real = estimate.estimate_input
 
     def recording(req: ChatRequest, limit: int | None = None) -> int:
         threads.append(threading.get_ident())
         return real(req, limit)
 
-    monkeypatch.setattr(flight, "estimate_input", recording)
+    monkeypatch.setattr(estimate, "estimate_input", recording)
     loop_thread = threading.get_ident()
     await estimate_input_off_loop(chat("short question"))
     await estimate_input_off_loop(chat("x " * OFF_LOOP_CHARS))

@@ -3,19 +3,25 @@
 orjson holds the interpreter lock for the whole of a parse: some 50–150 ms for a 30 MB body on
 these machines. On a worker thread that still holds up the event loop, and with it every other
 request, for as long; so bodies past `OFF_PROCESS_BYTES` are parsed in a child process (one,
-started when the first such body arrives) and only the decoded value comes back, which for the
-large bodies people send (long prompts, base64 images) is a few long strings that unpickle at
-the speed of a memory copy. Should the child die, the next large body starts another; the
-body of the moment is decoded on a worker thread instead.
+started when the first such body arrives). What crosses between the processes is kept small,
+since pickling 30 MB costs the lock as long as parsing it: the body goes through a file in
+memory (`/dev/shm` where there is one; the kernel copies it, without the lock), and the decoded
+value comes back with each long string that stands in the body as it is (no escapes: prompts,
+base64 images) replaced by its place in the body, which this process then decodes straight from
+the body it holds at the speed of a memory copy. Should the child die, the next large body
+starts another; the body of the moment is decoded on a worker thread instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import tempfile
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -81,13 +87,67 @@ def decode_json(body: bytes) -> Any:
     return value
 
 
-def _decode_in_child(body: bytes) -> tuple[Any, str | None, str | None]:
-    """(value, None, None), or (None, message, param) for a body that is refused: exceptions
-    are handed back as plain values, which always cross the process boundary."""
+# Strings at least this long come back from the child as their place in the body.
+_SLICED_CHARS = 65_536
+
+
+@dataclass(frozen=True, slots=True)
+class _Slice:
+    """A string of the decoded value that is bytes [start:end) of the body, as they stand."""
+
+    start: int
+    end: int
+
+
+def _sliced(value: Any, body: bytes) -> Any:
+    if isinstance(value, str):
+        if len(value) >= _SLICED_CHARS:
+            raw = value.encode()
+            at = body.find(raw)  # any place with these very bytes decodes to this string
+            if at >= 0:
+                return _Slice(at, at + len(raw))
+        return value
+    if isinstance(value, dict):
+        return {k: _sliced(v, body) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_sliced(v, body) for v in value]
+    return value
+
+
+def _unsliced(value: Any, body: bytes) -> Any:
+    if isinstance(value, _Slice):
+        return str(memoryview(body)[value.start : value.end], "utf-8")  # one pass, no copy first
+    if isinstance(value, dict):
+        return {k: _unsliced(v, body) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unsliced(v, body) for v in value]
+    return value
+
+
+def _decode_in_child(path: str) -> tuple[Any, str | None, str | None]:
+    """(value with long strings sliced, None, None), or (None, message, param) for a body that
+    is refused: exceptions are handed back as plain values, which always cross."""
+    with open(path, "rb") as f:
+        body = f.read()
     try:
-        return decode_json(body), None, None
+        return _sliced(decode_json(body), body), None, None
     except InvalidRequest as exc:
         return None, exc.message, exc.param
+
+
+def _spill(body: bytes) -> str:
+    """`body` in a file the child can read, in memory where the system has such a place."""
+    fd, path = tempfile.mkstemp(prefix="mindrouter-body-", dir=_SPILL_DIR)
+    try:
+        view = memoryview(body)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return path
+
+
+_SPILL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
 class _Child:
@@ -121,11 +181,14 @@ async def decode_body(body: bytes) -> Any:
     if len(body) <= OFF_PROCESS_BYTES:
         return await asyncio.to_thread(decode_json, body)
     pool = _child.pool()
+    path = await asyncio.to_thread(_spill, body)
     try:
-        value, message, param = await asyncio.wrap_future(pool.submit(_decode_in_child, body))
+        value, message, param = await asyncio.wrap_future(pool.submit(_decode_in_child, path))
     except BrokenProcessPool:
         _child.lost(pool)
         return await asyncio.to_thread(decode_json, body)
+    finally:
+        os.unlink(path)
     if message is not None:
         raise InvalidRequest(message, param=param)
-    return value
+    return _unsliced(value, body)

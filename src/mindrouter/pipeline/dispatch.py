@@ -1,5 +1,6 @@
-"""Stages 7–9: choose backends, fit the request to each, and try them in turn — one loop for every
-kind of call.
+"""Stages 8–10: choose backends (select, `routing/select.py`), fit the request to each (`fit.py`),
+and try them in turn (dispatch; the adapter encodes for the engine, `backends/`) — one loop for
+every kind of call.
 
 An *attempt* is whatever must succeed before the request is committed to a backend: a stream's
 first event, a whole non-streamed answer (read from a stream), an embedding. Until then every

@@ -1,4 +1,4 @@
-"""Stage 8: count the input and cap the output so the request fits the model's context.
+"""Stage 9: count the input and cap the output so the request fits the model's context.
 
     remaining  = context_length - input_tokens - SAFETY_MARGIN
     max_tokens = min(requested, remaining, MAX_OUTPUT_TOKENS)
@@ -9,10 +9,10 @@ estimate says the request is far from the limit, the tokenizer round trip is ski
 is generous by a few tokens does no harm there.
 
 An input whose estimate is more than FAR_OVER times the context cannot fit on any backend of the
-model, whatever tokenizer it has: it is refused when the flight opens (`refuse_far_over`),
-before admission, an audit record or a backend tokenizer call, and the estimate stops counting
-at that point (`estimate_limit`), so a 30 MB prompt costs a context's worth of counting, not
-millions of tokens.
+model, whatever tokenizer it has: it is refused as it is estimated (`refuse_far_over`, called by
+`estimate.py`), before admission, an audit record or a backend tokenizer call, and the estimate
+stops counting at that point (`estimate_limit`), so a 30 MB prompt costs a context's worth of
+counting, not millions of tokens.
 """
 
 from __future__ import annotations

@@ -1,20 +1,24 @@
-"""The last word on a request: its metrics and the one log line that says how it ended.
+"""Stage 12, its last step: a request's metrics and the one log line that says how it ended.
 
-Written by the clean-up of every request that was scheduled (`flight.py`), after its accounting,
-however it ended (an answer, an error, a stream that broke off or that the client left). The
-outcome it leaves on the context tells the error handlers at the edge that the request is
-accounted for; one refused before it was scheduled is logged there as a refusal.
+Written by the clean-up of every request that was scheduled (`open_flight` in `flight.py`),
+after its accounting, however it ended (an answer, an error, a stream that broke off or that the
+client left). The outcome it leaves on the context tells the error handlers at the edge that the
+request is accounted for; one refused before it was scheduled is logged there as a refusal.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 from mindrouter.canonical import Usage
 from mindrouter.errors import MindRouterError
 from mindrouter.observability.logging import log
 from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.context import RequestContext
+
+# How a request ended, as its audit record and its metrics say.
+Status = Literal["ok", "error", "cancelled"]
 
 
 def record_outcome(
