@@ -27,7 +27,6 @@ from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.settings import Settings
-from mindrouter.tokens import estimate_chat_input
 
 
 def _log_dropped(dropped: Dropped) -> None:
@@ -63,7 +62,8 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
             encoder = dialect.MessagesStreamEncoder(
                 message_id=message_id,
                 model=req.model,
-                input_tokens_hint=estimate_chat_input(req),
+                # Counted when the flight opened (off the loop for a long prompt), not again.
+                input_tokens_hint=ctx.input_estimate,
                 signing_key=key,
                 return_reasoning=req.reasoning.return_reasoning,
             )

@@ -31,5 +31,6 @@ class RequestContext:
     attempts: int = 0
     attempt_started_at: float = 0.0
     queued_s: float = 0.0
+    input_estimate: int = 0  # the gateway's count of the input tokens, once stage 4 made it
     outcome: str | None = None  # how it ended, once its metrics and final log line are written
     first_token_at: float | None = None

@@ -80,6 +80,7 @@ class Flight:
     async def open(self) -> None:
         s, p = self.s, self.principal
         self.est_input = await estimate_request_input(self.req, self.spec)
+        self.ctx.input_estimate = self.est_input
         self.ticket = await admit(s, p, self.est_input + self.est_output)
         self.audit = AuditRecord(
             s, self.ctx, self.req, self.spec, lambda: self.tally.used(self.est_input)
