@@ -202,7 +202,7 @@ return 1
 # A lease still held (not settled, not expired) is extended. A lease that is gone although the
 # server lost its data after the lease's admission (`seeded` is later) went with the data: its
 # request is still in flight in the calling process, so the lease comes back with its
-# reservation, in place of one of the leases the seed restored from the audit trail. Any other
+# reservation, in place of one of the leases restored from the audit trail at the reload. Any other
 # missing lease was settled or expired, and is never re-created.
 RENEW = """
 local now = tonumber(ARGV[1])

@@ -107,7 +107,7 @@ class LimitStore(Protocol):
         """Extends the leases of `tickets` (requests still in flight here) to `now` plus the
         lease length. Leases already released or expired stay so; a store that lost its data
         since a ticket's admission takes the ticket's lease back (the request is still in
-        flight), in place of one it restored from `activity` at the seed."""
+        flight), in place of one it restored from `activity` when it reloaded the user."""
         ...
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot: ...
