@@ -121,7 +121,7 @@ async def test_a_store_from_a_url_owns_its_client(redis_server: RedisServer) -> 
 async def test_leases_lost_with_the_data_are_taken_back_at_the_next_renewal(
     redis_server: RedisServer,
 ) -> None:
-    """Redis restarted empty while two requests ran: the seed restores two leases from the audit
+    """Redis restarted empty while two requests ran: the reload restores two leases from the audit
     trail, and the renewals of the process serving the requests take them back for as long as
     the requests last, however long that is; so the user's third request waits throughout."""
     store = RedisLimitStore(redis_server.client(), redis_server.prefix, lease_seconds=20)
@@ -132,7 +132,7 @@ async def test_leases_lost_with_the_data_are_taken_back_at_the_next_renewal(
 
     await redis_server.clients[0].delete(*await redis_server.keys())  # the data is gone
     await store.seed("ben", None, 0, 0, Activity(T0 + 5, (T0, T0 + 1), in_flight=2))
-    for t in range(10, 121, 5):  # far past one lease length after the seed
+    for t in range(10, 121, 5):  # far past one lease length after the reload
         await store.renew([first, second], T0 + t)
         with pytest.raises(RateLimited) as refused:
             await store.admit("ben", limits, 5, T0 + t + 1)
