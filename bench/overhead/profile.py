@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.overhead.profile [--profile governed|bare] [--rate 150]
         [--duration 30] [--variant default|uvloop|...]
+    .venv/bin/python -m bench.overhead.profile --streams 32 [--chunks 64 --gap-ms 10]
 
 py-spy is installed into a throwaway virtual environment outside the repository
 (~/.cache/mindrouter/tools-venv) the first time. It samples the running gateway without pausing
@@ -13,6 +14,9 @@ report, for a flame graph (`flamegraph.pl` or speedscope) or a closer look.
 (bench/overhead/variants.py). `--compare a,b,...` runs no profiler: it starts one gateway per
 variant and measures them interleaved at the same rate (CPU per request from /proc, latency),
 round after round, to put a number on each recommendation before anyone makes it.
+
+`--streams N` profiles the relay of streamed chunks instead (bench/overhead/profile_streams.py):
+N concurrent streams, closed loop, and the gateway's CPU per relayed chunk.
 """
 
 from __future__ import annotations
@@ -45,6 +49,37 @@ def py_spy() -> Path:
         subprocess.run([str(base), "-m", "venv", str(TOOLS)], check=True)
         subprocess.run([str(TOOLS / "bin" / "pip"), "install", "--quiet", "py-spy"], check=True)
     return exe
+
+
+def start_spy(spy: Path, pid: int, ns: argparse.Namespace, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy recording `pid` for `ns.duration` seconds into `out` (collapsed stacks)."""
+    return subprocess.Popen(
+        [
+            str(spy),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(ns.sample_rate),
+            "--duration",
+            str(int(ns.duration)),
+            "--format",
+            "raw",
+            # Native stacks need the process paused while it is sampled.
+            *(["--native"] if ns.native else ["--nonblocking"]),
+            "--threads",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+async def stop_spy(proc: subprocess.Popen[bytes]) -> None:
+    _, err = await asyncio.to_thread(proc.communicate)
+    if proc.returncode != 0:
+        raise RuntimeError(f"py-spy failed: {err.decode(errors='replace')[-2000:]}")
 
 
 def _frame_key(frame: str) -> str:
@@ -176,27 +211,7 @@ async def profile(ns: argparse.Namespace) -> Path:
         await open_loop(pool, raw, 100, 3.0, timeout=30)  # warm-up
         await asyncio.sleep(1.0)
         out = run.RESULTS / f"overhead-profile-{ns.profile}-{ns.variant}.txt"
-        spy_proc = subprocess.Popen(
-            [
-                str(spy),
-                "record",
-                "--pid",
-                str(gw.proc.pid),
-                "--rate",
-                str(ns.sample_rate),
-                "--duration",
-                str(int(ns.duration)),
-                "--format",
-                "raw",
-                # Native stacks need the process paused while it is sampled.
-                *(["--native"] if ns.native else ["--nonblocking"]),
-                "--threads",
-                "--output",
-                str(out),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        spy_proc = start_spy(spy, gw.proc.pid, ns, out)
         await asyncio.sleep(0.5)
         gw.refresh_pids()
         cpu0 = gw.cpu()
@@ -204,9 +219,7 @@ async def profile(ns: argparse.Namespace) -> Path:
         results, t0 = await open_loop(pool, raw, ns.rate, ns.duration - 1.0, timeout=10)
         cpu = gw.cpu() - cpu0
         threads1 = thread_cpu(gw.proc.pid)
-        _, err = await asyncio.to_thread(spy_proc.communicate)
-        if spy_proc.returncode != 0:
-            raise RuntimeError(f"py-spy failed: {err.decode(errors='replace')[-2000:]}")
+        await stop_spy(spy_proc)
         pool.close()
     finally:
         for server in reversed(servers):
@@ -420,8 +433,18 @@ def main() -> int:
     parser.add_argument("--native", action="store_true", help="py-spy --native: C frames too")
     parser.add_argument("--compare", help="comma-separated variants to measure side by side")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--streams", type=int, default=0, help="N concurrent streams instead")
+    parser.add_argument("--chunks", type=int, default=run.STREAM_CHUNKS)
+    parser.add_argument("--gap-ms", type=float, default=run.STREAM_GAP_MS)
+    parser.add_argument("--first-token-ms", type=float, default=run.FIRST_TOKEN_MS)
+    parser.add_argument("--no-spy", action="store_true", help="streams: /proc CPU only")
     ns = parser.parse_args()
-    job = compare(ns) if ns.compare else profile(ns)
+    if ns.streams:
+        from bench.overhead.profile_streams import profile_streams
+
+        job = profile_streams(ns)
+    else:
+        job = compare(ns) if ns.compare else profile(ns)
     try:
         import uvloop
 
