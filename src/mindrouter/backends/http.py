@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from aiohttp.http_exceptions import LineTooLong
 
 from mindrouter.backends.base import Timeouts
 from mindrouter.backends.failures import (
@@ -119,9 +120,27 @@ class Upstream:
 
 class UpstreamStream:
     """One streamed response. Leaving the block early closes the connection (not pooled), so the
-    engine sees the disconnect and stops generating; reading to the end returns it to the pool."""
+    engine sees the disconnect and stops generating; reading to the end returns it to the pool.
 
-    __slots__ = ("_body", "_finished", "_first", "_model", "_path", "_resp", "_up")
+    Lines are split out of the bytes as they arrive, in a buffer of our own: one read of the
+    body per piece the engine sends rather than one per line, and no timeout to set up for a line
+    that is already there. The idle timeout is one timer per stream (`_watch`), which looks at
+    how long the read under way has waited, instead of a timeout around every read.
+    """
+
+    __slots__ = (
+        "_body",
+        "_buf",
+        "_finished",
+        "_model",
+        "_path",
+        "_pos",
+        "_reading",
+        "_resp",
+        "_since",
+        "_timer",
+        "_up",
+    )
 
     def __init__(self, up: Upstream, path: str, body: Mapping[str, Any], model: str) -> None:
         self._up = up
@@ -129,8 +148,12 @@ class UpstreamStream:
         self._body = body
         self._model = model
         self._resp: aiohttp.ClientResponse | None = None
-        self._first: bytes | None = None
         self._finished = False
+        self._buf = b""  # bytes received and not yet taken; lines start at `_pos`
+        self._pos = 0
+        self._reading = False  # a read of the body is waiting
+        self._since = 0.0  # when it started
+        self._timer: asyncio.TimerHandle | None = None
 
     async def __aenter__(self) -> UpstreamStream:
         up = self._up
@@ -144,7 +167,9 @@ class UpstreamStream:
                         raw = await resp.read()
                         resp.release()  # the body was read whole: the connection can be reused
                         raise error_from_status(resp.status, raw, self._model, up.backend)
-                    self._first = await resp.content.readline(max_line_length=MAX_LINE)
+                    # The first whole line (or the end of the body) within the deadline.
+                    while b"\n" not in self._buf and await self._append(resp.content):
+                        pass
                 except BaseException:
                     resp.close()
                     raise
@@ -155,6 +180,7 @@ class UpstreamStream:
                 ) from exc
             raise error_from_exception(exc, up.backend, stage) from exc
         self._resp = resp
+        self._timer = asyncio.get_running_loop().call_later(up.timeouts.idle, self._watch)
         return self
 
     async def __aexit__(
@@ -163,6 +189,7 @@ class UpstreamStream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._stop_watch()
         resp = self._resp
         if resp is None:
             return
@@ -171,11 +198,47 @@ class UpstreamStream:
         else:
             resp.close()
 
+    def _watch(self) -> None:
+        """The idle timer: a read that has waited `idle` seconds fails; otherwise the timer is
+        set again for when the read under way (or the next one) would have waited that long."""
+        resp, idle = self._resp, self._up.timeouts.idle
+        if resp is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._reading and now - self._since >= idle:
+            self._timer = None
+            backend = self._up.backend
+            resp.content.set_exception(
+                UpstreamTimeout(f"{backend}: the stream went silent for {idle:g} s", backend)
+            )
+            return
+        self._timer = loop.call_at((self._since if self._reading else now) + idle, self._watch)
+
+    def _stop_watch(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    async def _append(self, content: aiohttp.StreamReader) -> bool:
+        """Adds the next bytes of the body to the buffer; False at the end of the body."""
+        data = await content.readany()
+        if not data:
+            return False
+        pos = self._pos
+        buf = self._buf
+        self._buf = data if pos >= len(buf) else buf[pos:] + data
+        self._pos = 0
+        if len(self._buf) > MAX_LINE and b"\n" not in data:
+            raise LineTooLong(self._buf[:100] + b"...", str(MAX_LINE))
+        return True
+
     async def finish(self) -> None:
         """Read what is left of the body (after the protocol's end marker that is normally just
         the end of the chunked encoding) so the connection can go back to the pool. A body that
         does not end promptly is not waited for: the connection is closed instead."""
         assert self._resp is not None
+        self._stop_watch()
         content = self._resp.content
         try:
             async with asyncio.timeout(DRAIN_SECONDS):
@@ -185,24 +248,42 @@ class UpstreamStream:
             return
         self._finished = True
 
+    def _line(self) -> bytes | None:
+        """The next whole line in the buffer, newline included; None when there is none yet."""
+        buf, pos = self._buf, self._pos
+        end = buf.find(b"\n", pos)
+        if end < 0:
+            return None
+        self._pos = end + 1
+        return buf[pos : end + 1]
+
     async def readline(self) -> bytes:
-        """The next raw line including its newline; b"" at the end of the body."""
-        first = self._first
-        if first is not None:
-            self._first = None
-            return first
-        assert self._resp is not None
-        up = self._up
-        silence = asyncio.timeout(up.timeouts.idle)
+        """The next raw line including its newline (the last one may have none); b"" at the end
+        of the body."""
+        line = self._line()
+        return line if line is not None else await self._read_line()
+
+    async def _read_line(self) -> bytes:
+        resp = self._resp
+        assert resp is not None
+        content, loop = resp.content, asyncio.get_running_loop()
         try:
-            async with silence:
-                return await self._resp.content.readline(max_line_length=MAX_LINE)
+            while True:
+                self._since = loop.time()
+                self._reading = True
+                try:
+                    more = await self._append(content)
+                finally:
+                    self._reading = False
+                if not more:
+                    rest = self._buf[self._pos :]
+                    self._buf, self._pos = b"", 0
+                    return rest
+                line = self._line()
+                if line is not None:
+                    return line
         except CLIENT_FAILURES as exc:
-            if silence.expired():
-                raise UpstreamTimeout(
-                    f"{up.backend}: the stream went silent for {up.timeouts.idle:g} s", up.backend
-                ) from exc
-            raise error_from_exception(exc, up.backend, "reading the stream") from exc
+            raise error_from_exception(exc, self._up.backend, "reading the stream") from exc
 
     async def next_sse_data(self) -> bytes | None:
         """The data of the next server-sent event, or None at the end of the body.
@@ -212,9 +293,11 @@ class UpstreamStream:
         """
         data: bytes | None = None
         while True:
-            line = await self.readline()
-            if not line:
-                return data
+            line = self._line()
+            if line is None:
+                line = await self._read_line()
+                if not line:
+                    return data
             line = line.rstrip(b"\r\n")
             if not line:
                 if data is not None:
