@@ -438,11 +438,12 @@ def main() -> int:
     parser.add_argument("--gap-ms", type=float, default=run.STREAM_GAP_MS)
     parser.add_argument("--first-token-ms", type=float, default=run.FIRST_TOKEN_MS)
     parser.add_argument("--no-spy", action="store_true", help="streams: /proc CPU only")
+    parser.add_argument("--against", help="streams: git revision to measure the tree against")
     ns = parser.parse_args()
     if ns.streams:
-        from bench.overhead.profile_streams import profile_streams
+        from bench.overhead.profile_streams import against, profile_streams
 
-        job = profile_streams(ns)
+        job = against(ns) if ns.against else profile_streams(ns)
     else:
         job = compare(ns) if ns.compare else profile(ns)
     try:

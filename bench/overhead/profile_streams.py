@@ -10,6 +10,11 @@ for what they are worth, with the load average.
 
 py-spy attributes samples to the stage of the innermost frame that belongs to one, so a chunk's
 read from the engine counts as the read even though every layer of the relay is on its stack.
+
+`--against REV` runs no profiler: it starts one gateway from the working tree and one from the
+source of git revision REV (exported to a temporary directory) and measures them in turn, round
+after round (`--rounds`), so that a change's figure and the one before it share the machine's
+weather.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ import asyncio
 import contextlib
 import os
 import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -168,4 +177,97 @@ def _report(ns: argparse.Namespace, st: dict[str, Any], raw: Path | None) -> str
             for k, v in s["cumulative"].most_common(ns.top * 2)
         ),
     ]
+    return "\n".join(lines) + "\n"
+
+
+def _launcher_at(rev: str, into: Path) -> list[str]:
+    """argv that starts `mindrouter` from the source of `rev`."""
+    archive = subprocess.run(
+        ["git", "archive", rev, "src"], cwd=targets.REPO, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    code = (
+        f"import sys; sys.path.insert(0, {str(into / 'src')!r}); "
+        "from mindrouter.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-c", code]
+
+
+async def against(ns: argparse.Namespace) -> Path:
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
+    workdir = targets.workdir()
+    old_src = Path(tempfile.mkdtemp(prefix="mrbench-src-"))
+    mock = await targets.start_mock(workdir)
+    servers = [mock]
+    shape = {"first_token_ms": ns.first_token_ms, "chunks": ns.chunks, "gap_ms": ns.gap_ms}
+    await post_once(HOST, mock.port, "/_config", orjson.dumps(shape))
+    names = (ns.against, "working tree")
+    rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    try:
+        gws: dict[str, run.Target] = {}
+        for name, argv in zip(names, (_launcher_at(ns.against, old_src), None), strict=True):
+            gw = await targets.start_mindrouter(ns.profile, mock.port, workdir, argv)
+            servers.append(gw)
+            gws[name] = run.Target(name, gw, gw.headers, Pool(HOST, gw.port))
+        raws = {n: t.raw(run.chat_body(stream=True)) for n, t in gws.items()}
+        for n, t in gws.items():
+            await closed_loop(t.pool, raws[n], ns.streams, 3.0, stream=True, timeout=60)
+        for round_ in range(1, ns.rounds + 1):
+            for n, t in gws.items():
+                await asyncio.sleep(1.0)
+                t.server.refresh_pids()
+                cpu0 = t.server.cpu()
+                results, _ = await closed_loop(
+                    t.pool, raws[n], ns.streams, ns.duration, stream=True, timeout=60
+                )
+                cpu = t.server.cpu() - cpu0
+                row = run.stream_summary(results, ns.chunks)
+                chunks = sum(len(r.events) for r in results if r.ok)
+                row.update(cpu_us_per_chunk=cpu / max(1, chunks) * 1e6, load=os.getloadavg()[0])
+                rows[n].append(row)
+                print(
+                    f"  r{round_} {n:<14} cpu {row['cpu_us_per_chunk']:6.1f} µs/chunk  "
+                    f"gap p99 {row['gap_p99_ms']:7.2f} ms  load {row['load']:.2f}  "
+                    f"ok {row['ok']}/{row['streams']}",
+                    flush=True,
+                )
+        for t in gws.values():
+            t.pool.close()
+    finally:
+        for server in reversed(servers):
+            await server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(old_src, ignore_errors=True)
+    path = run.RESULTS / f"overhead-streams-against-{ns.profile}.md"
+    path.write_text(_against_report(ns, names, rows))
+    print(path.read_text())
+    return path
+
+
+def _against_report(
+    ns: argparse.Namespace, names: tuple[str, str], rows: dict[str, list[dict[str, Any]]]
+) -> str:
+    def med(n: str, key: str) -> float:
+        return statistics.median(r[key] for r in rows[n])
+
+    loads = [r["load"] for n in names for r in rows[n]]
+    base = med(names[0], "cpu_us_per_chunk")
+    lines = [
+        f"# Streams, MindRouter {ns.profile}: {names[0]} against the working tree",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {ns.streams} streams, closed "
+        f"loop, {ns.rounds} rounds of {ns.duration:g} s each, interleaved; mock {ns.chunks} "
+        f"chunks {ns.gap_ms:g} ms apart; load average {min(loads):.2f}–{max(loads):.2f}.",
+        "",
+        "| gateway | CPU µs/chunk (median) | vs first | per round | gap p99 ms (median) |",
+        "|---|---:|---:|---|---:|",
+    ]
+    for n in names:
+        cpu = med(n, "cpu_us_per_chunk")
+        lines.append(
+            f"| {n} | {cpu:.1f} | {(cpu - base) / base:+.1%} | "
+            + ", ".join(f"{r['cpu_us_per_chunk']:.1f}" for r in rows[n])
+            + f" | {med(n, 'gap_p99_ms'):.2f} |"
+        )
     return "\n".join(lines) + "\n"
