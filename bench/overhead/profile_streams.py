@@ -11,7 +11,8 @@ for what they are worth, with the load average.
 py-spy attributes samples to the stage of the innermost frame that belongs to one, so a chunk's
 read from the engine counts as the read even though every layer of the relay is on its stack.
 
-`--against REV` runs no profiler: it starts one gateway from the working tree and one from the
+`--against REV` runs no profiler: it starts one gateway from the working tree (with `--variant`
+applied) and one from the
 source of git revision REV (exported to a temporary directory) and measures them in turn, round
 after round (`--rounds`), so that a change's figure and the one before it share the machine's
 weather.
@@ -202,11 +203,13 @@ async def against(ns: argparse.Namespace) -> Path:
     servers = [mock]
     shape = {"first_token_ms": ns.first_token_ms, "chunks": ns.chunks, "gap_ms": ns.gap_ms}
     await post_once(HOST, mock.port, "/_config", orjson.dumps(shape))
-    names = (ns.against, "working tree")
+    tree = "working tree" + ("" if ns.variant == "default" else f" + {ns.variant}")
+    names = (ns.against, tree)
     rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     try:
         gws: dict[str, run.Target] = {}
-        for name, argv in zip(names, (_launcher_at(ns.against, old_src), None), strict=True):
+        argvs = (_launcher_at(ns.against, old_src), launcher(ns.variant))
+        for name, argv in zip(names, argvs, strict=True):
             gw = await targets.start_mindrouter(ns.profile, mock.port, workdir, argv)
             servers.append(gw)
             gws[name] = run.Target(name, gw, gw.headers, Pool(HOST, gw.port))

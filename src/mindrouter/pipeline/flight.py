@@ -38,6 +38,12 @@ from mindrouter.routing.catalog import BackendState, ModelSpec, required_feature
 from mindrouter.scheduling import Job
 from mindrouter.stores.limits import Ticket
 
+# Output tokens are charged to the fair queue in batches, not one stream chunk at a time: when
+# this many have gathered, or this long after the last charge (and always before the slot is
+# given back). The queue's decisions are about whole requests; a few tokens late changes none.
+CHARGE_TOKENS = 16
+CHARGE_SECONDS = 0.05
+
 # Clean-up tasks are kept referenced until they finish: cancellation of the request must not
 # let them be garbage-collected half way.
 _CLOSING: set[asyncio.Task[None]] = set()
@@ -72,6 +78,8 @@ class Flight:
         self.tally = Tally()  # of the current attempt
         self._journal: Journal | None = None  # with the request's slot in it, once recorded
         self._slot = 0
+        self._uncharged = 0  # output tokens not yet charged to the fair queue
+        self._charged_at = 0.0
         # How the request ended, as `end()` says; otherwise what it raised, or "cancelled".
         self.status: Status | None = None
         self.error: MindRouterError | None = None
@@ -128,6 +136,7 @@ class Flight:
         self.s.slots.changed(backend)
 
     def drop(self) -> None:
+        self._charge()
         b = self.backend
         if b is not None:
             b.in_flight -= 1
@@ -138,18 +147,28 @@ class Flight:
                     self.s.gate.release(model)
 
     def see(self, event: StreamEvent) -> None:
-        """An event of the current attempt: tallied, its output charged to the fair queue and
-        written to the process's journal (what a killed process is charged)."""
+        """An event of the current attempt: tallied, written to the process's journal (what a
+        killed process is charged) and its output charged to the fair queue (in batches)."""
         tally = self.tally
         tokens = tally.see(event)
         if tokens > 0:
-            if self.job is not None:
-                self.s.gate.queue.charge(self.job, tokens)
             if self._journal is not None:
                 self._journal.note(self._slot, self.est_input, tally.produced)
+            if self.job is not None:
+                self._uncharged += tokens
+                if self._uncharged >= CHARGE_TOKENS or (
+                    self.s.clock() - self._charged_at >= CHARGE_SECONDS
+                ):
+                    self._charge()
         elif self._journal is not None and tally.usage is not None:
             usage = tally.usage
             self._journal.note(self._slot, usage.input_tokens, usage.output_tokens)
+
+    def _charge(self) -> None:
+        tokens, self._uncharged = self._uncharged, 0
+        if tokens and self.job is not None:
+            self.s.gate.queue.charge(self.job, tokens)
+            self._charged_at = self.s.clock()
 
     # -- stage 12 -------------------------------------------------------------------------------
 
