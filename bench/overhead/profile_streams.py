@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import shutil
 import statistics
@@ -204,7 +205,7 @@ async def against(ns: argparse.Namespace) -> Path:
     shape = {"first_token_ms": ns.first_token_ms, "chunks": ns.chunks, "gap_ms": ns.gap_ms}
     await post_once(HOST, mock.port, "/_config", orjson.dumps(shape))
     tree = "working tree" + ("" if ns.variant == "default" else f" + {ns.variant}")
-    names = (ns.against, tree)
+    names = (ns.against, tree, run.DIRECT)
     rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     try:
         gws: dict[str, run.Target] = {}
@@ -213,6 +214,8 @@ async def against(ns: argparse.Namespace) -> Path:
             gw = await targets.start_mindrouter(ns.profile, mock.port, workdir, argv)
             servers.append(gw)
             gws[name] = run.Target(name, gw, gw.headers, Pool(HOST, gw.port))
+        # The client straight to the mock: the gaps a gateway's are read against.
+        gws[run.DIRECT] = run.Target(run.DIRECT, mock, {}, Pool(HOST, mock.port))
         raws = {n: t.raw(run.chat_body(stream=True)) for n, t in gws.items()}
         for n, t in gws.items():
             await closed_loop(t.pool, raws[n], ns.streams, 3.0, stream=True, timeout=60)
@@ -224,7 +227,7 @@ async def against(ns: argparse.Namespace) -> Path:
                 results, _ = await closed_loop(
                     t.pool, raws[n], ns.streams, ns.duration, stream=True, timeout=60
                 )
-                cpu = t.server.cpu() - cpu0
+                cpu = t.server.cpu() - cpu0 if t.server is not mock else math.nan
                 row = run.stream_summary(results, ns.chunks)
                 chunks = sum(len(r.events) for r in results if r.ok)
                 row.update(cpu_us_per_chunk=cpu / max(1, chunks) * 1e6, load=os.getloadavg()[0])
@@ -242,14 +245,14 @@ async def against(ns: argparse.Namespace) -> Path:
             await server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(old_src, ignore_errors=True)
-    path = run.RESULTS / f"overhead-streams-against-{ns.profile}.md"
+    path = run.RESULTS / f"overhead-streams-against-{ns.profile}-{ns.streams}.md"
     path.write_text(_against_report(ns, names, rows))
     print(path.read_text())
     return path
 
 
 def _against_report(
-    ns: argparse.Namespace, names: tuple[str, str], rows: dict[str, list[dict[str, Any]]]
+    ns: argparse.Namespace, names: tuple[str, ...], rows: dict[str, list[dict[str, Any]]]
 ) -> str:
     def med(n: str, key: str) -> float:
         return statistics.median(r[key] for r in rows[n])
@@ -257,20 +260,35 @@ def _against_report(
     loads = [r["load"] for n in names for r in rows[n]]
     base = med(names[0], "cpu_us_per_chunk")
     lines = [
-        f"# Streams, MindRouter {ns.profile}: {names[0]} against the working tree",
+        f"# Streams, MindRouter {ns.profile}: {names[0]} against {names[1]}",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {ns.streams} streams, closed "
         f"loop, {ns.rounds} rounds of {ns.duration:g} s each, interleaved; mock {ns.chunks} "
         f"chunks {ns.gap_ms:g} ms apart; load average {min(loads):.2f}–{max(loads):.2f}.",
         "",
-        "| gateway | CPU µs/chunk (median) | vs first | per round | gap p99 ms (median) |",
-        "|---|---:|---:|---|---:|",
+        "| gateway | CPU µs/chunk (median) | vs first | per round | gap p50 ms | gap p99 ms | "
+        "gap max ms | TTFT p99 ms | coalesced streams |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for n in names:
         cpu = med(n, "cpu_us_per_chunk")
-        lines.append(
-            f"| {n} | {cpu:.1f} | {(cpu - base) / base:+.1%} | "
-            + ", ".join(f"{r['cpu_us_per_chunk']:.1f}" for r in rows[n])
-            + f" | {med(n, 'gap_p99_ms'):.2f} |"
+        figures = (
+            ("–", "–", "–")
+            if math.isnan(cpu)
+            else (
+                f"{cpu:.1f}",
+                f"{(cpu - base) / base:+.1%}",
+                ", ".join(f"{r['cpu_us_per_chunk']:.1f}" for r in rows[n]),
+            )
         )
+        lines.append(
+            f"| {n} | " + " | ".join(figures) + f" | {med(n, 'gap_p50_ms'):.2f} | {med(n, 'gap_p99_ms'):.2f} | "
+            f"{med(n, 'gap_max_ms'):.2f} | {med(n, 'ttft_p99_ms'):.2f} | "
+            f"{sum(r['coalesced_streams'] for r in rows[n])} |"
+        )
+    lines += [
+        "",
+        "Medians over the rounds; the direct row is the client straight to the mock (no CPU "
+        "figure: the mock's is not a gateway's).",
+    ]
     return "\n".join(lines) + "\n"
