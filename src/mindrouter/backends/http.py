@@ -132,6 +132,7 @@ class UpstreamStream:
         "_body",
         "_buf",
         "_finished",
+        "_loop",
         "_model",
         "_path",
         "_pos",
@@ -154,6 +155,8 @@ class UpstreamStream:
         self._reading = False  # a read of the body is waiting
         self._since = 0.0  # when it started
         self._timer: asyncio.TimerHandle | None = None
+        # Looked up once: asyncio's lookup asks the kernel for the process id every time.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def __aenter__(self) -> UpstreamStream:
         up = self._up
@@ -180,7 +183,8 @@ class UpstreamStream:
                 ) from exc
             raise error_from_exception(exc, up.backend, stage) from exc
         self._resp = resp
-        self._timer = asyncio.get_running_loop().call_later(up.timeouts.idle, self._watch)
+        self._loop = loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(up.timeouts.idle, self._watch)
         return self
 
     async def __aexit__(
@@ -201,10 +205,9 @@ class UpstreamStream:
     def _watch(self) -> None:
         """The idle timer: a read that has waited `idle` seconds fails; otherwise the timer is
         set again for when the read under way (or the next one) would have waited that long."""
-        resp, idle = self._resp, self._up.timeouts.idle
-        if resp is None:
+        resp, loop, idle = self._resp, self._loop, self._up.timeouts.idle
+        if resp is None or loop is None:
             return
-        loop = asyncio.get_running_loop()
         now = loop.time()
         if self._reading and now - self._since >= idle:
             self._timer = None
@@ -264,9 +267,9 @@ class UpstreamStream:
         return line if line is not None else await self._read_line()
 
     async def _read_line(self) -> bytes:
-        resp = self._resp
-        assert resp is not None
-        content, loop = resp.content, asyncio.get_running_loop()
+        resp, loop = self._resp, self._loop
+        assert resp is not None and loop is not None
+        content = resp.content
         try:
             while True:
                 self._since = loop.time()
