@@ -17,9 +17,9 @@ from typing import Any
 
 import redis.asyncio as redis_asyncio
 from sqlalchemy import func, select
-from tests.gateway.databases import stores_at
 
 from bench.chaos.stack import Stack
+from bench.harness import stores_at
 from mindrouter.stores.sql.schema import audit_records, instances
 
 POLL_S = 0.25

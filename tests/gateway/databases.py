@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 
 import pytest
 import redis
+from bench import harness
 
-from mindrouter.stores.sql import SqlStores, open_stores
+from mindrouter.stores.sql import SqlStores
 from mindrouter.stores.sql.engine import create_engine
 from mindrouter.stores.sql.migrate import upgrade
 from tests.stores.conftest import FAST_HASHER, create_database, drop_database, run_in_thread
@@ -45,15 +46,10 @@ def fresh_database(engine: str, tmp: Path, *, migrated: bool = True) -> Iterator
         run_in_thread(drop_database(url))
 
 
-@asynccontextmanager
-async def stores_at(url: str) -> AsyncIterator[SqlStores]:
+def stores_at(url: str) -> AbstractAsyncContextManager[SqlStores]:
     """Stores on the caller's event loop, closed on the way out. Keys made through them use
     cheap Argon2 parameters; the gateway reads the parameters from the hash, so they verify."""
-    stores = open_stores(url, hasher=FAST_HASHER)
-    try:
-        yield stores
-    finally:
-        await stores.aclose()
+    return harness.stores_at(url, FAST_HASHER)
 
 
 class RedisNamespace:

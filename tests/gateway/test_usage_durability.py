@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from bench.harness import OwnRedis
 from sqlalchemy import select
 
 from mindrouter.serving import ThreadServer
 from mindrouter.stores.sql.schema import audit_records
 from tests.gateway.databases import fresh_database, stores_at
-from tests.gateway.own_redis import OwnRedis
 from tests.gateway.procs import (
     GatewayProcess,
     bearer,
