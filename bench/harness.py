@@ -6,7 +6,7 @@
   again empty (a shared server is never touched).
 - Requests in each dialect for a gateway serving the one model `MODEL`: `PATHS`, `chat_body`,
   `bearer`.
-- `stores_at`: the SQL stores of a database URL, closed on the way out.
+- `stores_at`: the SQL stores of a database URL, closed on the way out (`FAST_HASHER` for keys).
 
 Processes are always stopped: SIGTERM, then SIGKILL if they linger.
 """
@@ -34,6 +34,9 @@ from mindrouter.identity.keys import KeyHasher
 from mindrouter.stores.sql import SqlStores, open_stores
 
 MODEL = "chat"
+# Cheap Argon2 for keys made by benchmarks and tests, so that making many stays fast; the gateway
+# reads the parameters from the hash, so they verify. Production keeps the defaults.
+FAST_HASHER = KeyHasher(time_cost=1, memory_cost=8, parallelism=1)
 CLI = [sys.executable, "-m", "mindrouter.cli"]
 # Importing the app takes several seconds on a small machine; two at once take longer.
 START_TIMEOUT = 90.0
@@ -208,10 +211,9 @@ class OwnRedis:
 
 
 @asynccontextmanager
-async def stores_at(url: str, hasher: KeyHasher | None = None) -> AsyncIterator[SqlStores]:
-    """Stores on the caller's event loop, closed on the way out. Keys made through them are
-    hashed with `hasher` (the default parameters when None); the gateway reads the parameters
-    from the hash, so they verify either way."""
+async def stores_at(url: str, hasher: KeyHasher = FAST_HASHER) -> AsyncIterator[SqlStores]:
+    """Stores on the caller's event loop, closed on the way out; keys made through them are
+    hashed with `hasher`."""
     stores = open_stores(url, hasher=hasher)
     try:
         yield stores

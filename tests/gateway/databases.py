@@ -11,17 +11,16 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
-from contextlib import AbstractAsyncContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import redis
-from bench import harness
+from bench.harness import stores_at as stores_at  # shared with the benchmarks
 
-from mindrouter.stores.sql import SqlStores
 from mindrouter.stores.sql.engine import create_engine
 from mindrouter.stores.sql.migrate import upgrade
-from tests.stores.conftest import FAST_HASHER, create_database, drop_database, run_in_thread
+from tests.stores.conftest import create_database, drop_database, run_in_thread
 
 REDIS_URL = os.environ.get("MINDROUTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -44,12 +43,6 @@ def fresh_database(engine: str, tmp: Path, *, migrated: bool = True) -> Iterator
         yield url
     finally:
         run_in_thread(drop_database(url))
-
-
-def stores_at(url: str) -> AbstractAsyncContextManager[SqlStores]:
-    """Stores on the caller's event loop, closed on the way out. Keys made through them use
-    cheap Argon2 parameters; the gateway reads the parameters from the hash, so they verify."""
-    return harness.stores_at(url, FAST_HASHER)
 
 
 class RedisNamespace:
