@@ -73,6 +73,7 @@ class FakeEngine:
     failing: Callable[[], UpstreamError] | None = None  # every call fails before its first event
     drop_after: int | None = None  # the stream breaks after this many tokens
     hold_at: int | None = None  # the stream pauses before this token until `release()`
+    healthy: bool = True  # what its health checks answer
     engine: str = "vllm"
     calls: list[EngineCall] = field(default_factory=list)
     _script: deque[UpstreamError | None] = field(default_factory=deque)

@@ -3,8 +3,8 @@
 `in_process(backends, **top)` builds the app as `serve` does (`build_app`, its lifespan run),
 over a fresh SQLite file copied from a migrated template and the single process's memory
 stores (no Redis: in-process limits, slots and breakers), then swaps each backend's engine
-adapter for a `FakeEngine`. Nothing listens on a socket; health rounds are not run (the fake
-engines are not on the network), so every backend stays healthy unless a test says otherwise.
+adapter for a `FakeEngine`. Nothing listens on a socket: the health checks ask the fake engines
+(healthy unless a test sets `healthy = False`, every model loaded).
 
 Every backend serves the one model `m`. `settled()` waits for the requests' clean-ups and the
 audit writer, so what a test reads afterwards is final: no polling.
@@ -12,9 +12,11 @@ audit writer, so what a test reads afterwards is final: no polling.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +26,13 @@ from fastapi import FastAPI
 
 from mindrouter.app import build_app
 from mindrouter.backends.monitor import BackendMonitor
+from mindrouter.backends.probe import Probe
 from mindrouter.pipeline.flight import wait_for_closing
+from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.scheduling import CapacityGate
 from mindrouter.settings import Settings, settings_from_dict
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
+from tests.identity.fakes import FAST_HASHER
 from tests.pipeline.asgi import Exchange, exchange
 from tests.pipeline.fakes import Clock, FakeEngine
 
@@ -130,8 +135,15 @@ async def _admin_key(stores: SqlStores, settings: Settings) -> str:
     return key
 
 
-async def _no_health_round(self: BackendMonitor) -> None:
-    pass
+def _health_checks(engines: dict[str, FakeEngine]) -> Callable[..., Awaitable[Probe]]:
+    """The health check of a fake engine: healthy unless the test says not, every model it
+    serves loaded (as vLLM keeps them)."""
+
+    async def probe(monitor: BackendMonitor, config: BackendConfig) -> Probe:
+        engine = engines[config.name]
+        return Probe(True) if engine.healthy else Probe(False, f"{engine.name}: unhealthy")
+
+    return probe
 
 
 @contextlib.asynccontextmanager
@@ -153,10 +165,15 @@ async def in_process(
         "users": [{"name": "tester", "group": "testers"}],
         "backends": [{"url": engines[b["name"]].url, **b} for b in backends],
         "models": models or [{"name": MODEL, "context_length": 8192}],
+        # The console's sign-in hashes a password when it is built: not wanted here.
+        "console": {"enabled": False},
         **top,
     }
     settings = settings_from_dict(raw)
-    stores = open_stores(settings.database_url, audit_commit=settings.audit_commit)
+    # Keys hashed with cheap parameters: verifying one then costs nothing either.
+    stores = open_stores(
+        settings.database_url, hasher=FAST_HASHER, audit_commit=settings.audit_commit
+    )
     key = await _admin_key(stores, settings)
     clock = Clock()
     app = build_app(settings, stores, clock=clock)
@@ -164,6 +181,36 @@ async def in_process(
     for name, engine in engines.items():
         await adapters[name].aclose()
         adapters[name] = engine
-    with mock.patch.object(BackendMonitor, "check_all", _no_health_round):
+    with mock.patch.object(BackendMonitor, "_probe", _health_checks(engines)):
         async with app.router.lifespan_context(app):
             yield InProcess(app, settings, stores, clock, engines, key)
+
+
+def error_message(dialect: str, body: bytes) -> str:
+    """The error message of a failed response, after checking the dialect's body shape."""
+    parsed = json.loads(body)
+    if dialect == "openai":
+        assert set(parsed["error"]) >= {"message", "type", "param", "code"}, parsed
+        message: str = parsed["error"]["message"]
+    elif dialect == "anthropic":
+        assert parsed["type"] == "error" and parsed["request_id"], parsed
+        message = parsed["error"]["message"]
+    else:
+        assert list(parsed) == ["error"] and isinstance(parsed["error"], str), parsed
+        message = parsed["error"]
+    assert message
+    return message
+
+
+def variant(i: int) -> tuple[str, bool]:
+    """The i-th of the six ways to ask: each dialect, unary and streamed."""
+    return DIALECTS[i % 3], i % 2 == 1
+
+
+async def until(condition: Callable[[], bool], what: str, turns: int = 100_000) -> None:
+    """Lets the event loop run until `condition` holds; fails naming `what` if it never does."""
+    for _ in range(turns):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"never happened: {what}")
