@@ -44,8 +44,6 @@ async def gateway_factory(migrated: Path, tmp_path: Path) -> AsyncIterator[Facto
             made += 1
             directory = tmp_path / f"gateway-{made}"
             directory.mkdir()
-            return await stack.enter_async_context(
-                in_process(migrated, directory, *args, **kwargs)
-            )
+            return await stack.enter_async_context(in_process(migrated, directory, *args, **kwargs))
 
         yield make

@@ -33,7 +33,7 @@ from mindrouter.scheduling import CapacityGate
 from mindrouter.settings import Settings, settings_from_dict
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
 from tests.identity.fakes import FAST_HASHER
-from tests.pipeline.asgi import Exchange, exchange
+from tests.pipeline.asgi import Exchange, begin, exchange
 from tests.pipeline.fakes import Clock, FakeEngine
 
 MODEL = "m"
@@ -57,7 +57,12 @@ def request_body(dialect: str, stream: bool, **extra: Any) -> dict[str, Any]:
 
 def backend(name: str, **fields: Any) -> dict[str, Any]:
     """A backend entry of the config; its engine is a `FakeEngine` of the same name."""
-    return {"name": name, "engine": "vllm", "models": [{"name": MODEL, "upstream": MODEL}], **fields}
+    return {
+        "name": name,
+        "engine": "vllm",
+        "models": [{"name": MODEL, "upstream": MODEL}],
+        **fields,
+    }
 
 
 @dataclass
@@ -82,15 +87,19 @@ class InProcess:
     def seen(self, name: str) -> int:
         return self.engines[name].seen
 
-    async def send(self, dialect: str, stream: bool = False, **extra: Any) -> Exchange:
-        """A request, once its status is known; its body is read from the exchange."""
-        return await exchange(
+    def begin(self, dialect: str, stream: bool = False, **extra: Any) -> Exchange:
+        """A request on its way; `start()` waits for its status."""
+        return begin(
             self.app,
             "POST",
             PATHS[dialect],
             json_body=request_body(dialect, stream, **extra),
             headers=self.auth,
         )
+
+    async def send(self, dialect: str, stream: bool = False, **extra: Any) -> Exchange:
+        """A request, once its status is known; its body is read from the exchange."""
+        return await self.begin(dialect, stream, **extra).start()
 
     async def post(self, dialect: str, stream: bool = False, **extra: Any) -> tuple[int, bytes]:
         """A request read whole: its status and body."""

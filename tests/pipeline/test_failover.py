@@ -24,7 +24,9 @@ async def test_a_failed_attempt_is_retried_on_another_backend(gateway_factory: F
         [backend("flaky", priority=3), backend("steady")], breaker_threshold=1000
     )
     flaky = g.engines["flaky"]
-    script: list[UpstreamError | None] = [server_error("flaky") if i % 3 else None for i in range(24)]
+    script: list[UpstreamError | None] = [
+        server_error("flaky") if i % 3 else None for i in range(24)
+    ]
     flaky.fail_next(*script)
     for i in range(24):
         status, body = await g.post(*variant(i))
@@ -60,10 +62,12 @@ async def test_a_backend_that_stops_answering_fails_over(gateway_factory: Factor
 
 
 @pytest.mark.parametrize("status", [500, 503, 429])
-async def test_every_backend_failing_is_a_bad_gateway(gateway_factory: Factory, status: int) -> None:
+async def test_every_backend_failing_is_a_bad_gateway(
+    gateway_factory: Factory, status: int
+) -> None:
     g = await gateway_factory([backend("a"), backend("b")], breaker_threshold=1000)
     for name in ("a", "b"):
-        g.engines[name].failing = lambda name=name: server_error(name, status)  # type: ignore[misc]
+        g.engines[name].failing = lambda name=name: server_error(name, status)
     for dialect in DIALECTS:
         for stream in (False, True):
             code, body = await g.post(dialect, stream)
@@ -83,7 +87,7 @@ async def test_every_backend_refusing_connections_is_a_bad_gateway(
 ) -> None:
     g = await gateway_factory([backend("a"), backend("b")], breaker_threshold=1000)
     for name in ("a", "b"):
-        g.engines[name].failing = lambda name=name: refused(name)  # type: ignore[misc]
+        g.engines[name].failing = lambda name=name: refused(name)
     for dialect in DIALECTS:
         for stream in (False, True):
             code, body = await g.post(dialect, stream)
