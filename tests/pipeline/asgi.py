@@ -117,22 +117,11 @@ def begin(
     json_body: Any = None,
     headers: dict[str, str] | None = None,
 ) -> Exchange:
-    """Sends a request; `start()` waits for its status, the body is read from the exchange."""
+    """Sends a request; `await begin(...).start()` waits for its status, the body is read from
+    the exchange."""
     body = b"" if json_body is None else json.dumps(json_body).encode()
     head = {"host": "gateway.test", **(headers or {})}
     if json_body is not None:
         head["content-type"] = "application/json"
     head["content-length"] = str(len(body))
     return Exchange(app, method, path, body, head)
-
-
-async def exchange(
-    app: ASGIApp,
-    method: str,
-    path: str,
-    *,
-    json_body: Any = None,
-    headers: dict[str, str] | None = None,
-) -> Exchange:
-    """Sends a request and waits for its status."""
-    return await begin(app, method, path, json_body=json_body, headers=headers).start()

@@ -33,7 +33,7 @@ from mindrouter.scheduling import CapacityGate
 from mindrouter.settings import Settings, settings_from_dict
 from mindrouter.stores.sql import SqlStores, apply_config, open_stores
 from tests.identity.fakes import FAST_HASHER
-from tests.pipeline.asgi import Exchange, begin, exchange
+from tests.pipeline.asgi import Exchange, begin
 from tests.pipeline.fakes import Clock, FakeEngine
 
 MODEL = "m"
@@ -107,7 +107,7 @@ class InProcess:
         return r.status, await r.read()
 
     async def get(self, path: str) -> Any:
-        r = await exchange(self.app, "GET", path, headers=self.auth)
+        r = await begin(self.app, "GET", path, headers=self.auth).start()
         assert r.status == 200, await r.read()
         return await r.json()
 
