@@ -51,6 +51,7 @@ class Clock:
 @dataclass
 class EngineCall:
     request: ChatRequest | CompletionRequest
+    alongside: int = 0  # the engine's other calls still running when this one arrived
     sent: int = 0  # output tokens yielded so far
     outcome: str = "running"  # then "done", "failed", "dropped" or "cancelled"
 
@@ -118,7 +119,8 @@ class FakeEngine:
     async def _generate(
         self, req: ChatRequest | CompletionRequest
     ) -> AsyncGenerator[StreamEvent, None]:
-        call = EngineCall(req)
+        running = sum(1 for c in self.calls if c.outcome == "running")
+        call = EngineCall(req, alongside=running)
         self.calls.append(call)
         self._note()
         scripted = self._script.popleft() if self._script else None

@@ -29,7 +29,7 @@ async def test_a_request_waits_for_a_slot_and_is_served_when_it_frees(
         assert status == 200, body
     assert g.seen("one") == 4
     # One after the other: each engine call began once the one before had finished.
-    assert [c.outcome for c in engine.calls] == ["done"] * 4
+    assert [(c.outcome, c.alongside) for c in engine.calls] == [("done", 0)] * 4
     rows = await g.audit(4)
     assert all(r["status"] == "ok" and r["backend"] == "one" for r in rows)
     assert all(r["queued_ms"] > 0 for r in rows[1:])
