@@ -40,6 +40,7 @@ from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.drain import Drain
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.pipeline.housekeeping import Chore, Housekeeping
+from mindrouter.pipeline.journal import journal_dir
 from mindrouter.pipeline.leases import LeaseKeeper
 from mindrouter.pipeline.recovery import Recovery
 from mindrouter.pipeline.services import Services
@@ -114,7 +115,12 @@ def build_app(
     limits = build_limits(settings, metrics)
     usage = UsageSync(stores.usage, limits)
     leases = LeaseKeeper(limits, settings.lease_renew_s)
-    recovery = Recovery(stores.instances, limits, stale_s=settings.instance_stale_s)
+    recovery = Recovery(
+        stores.instances,
+        limits,
+        stale_s=settings.instance_stale_s,
+        journal_dir=journal_dir(settings.database_url, settings.journal_dir),
+    )
     drain = Drain(settings.shutdown_grace_s, clock)
     sharing = build_sharing(settings, catalog)
     gate = CapacityGate(FairQueue(sharing.fairshare), clock=clock, arbiter=sharing.slots)

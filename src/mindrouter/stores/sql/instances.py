@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import bindparam, delete, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from mindrouter.stores.sql.audit_close import Charge, interrupt_records
 from mindrouter.stores.sql.schema import audit_records, instances
@@ -83,19 +83,13 @@ class SqlInstances:
                         id=instance_id, host=host[:200], pid=pid, started_at=now, heartbeat_at=now
                     )
                 )
-            if checkpoints:
-                await conn.execute(
-                    _CHECKPOINT,
-                    [
-                        {
-                            "b_uuid": c.uuid,
-                            "b_instance": instance_id,
-                            "b_input": c.input_tokens,
-                            "b_output": c.output_tokens,
-                        }
-                        for c in checkpoints
-                    ],
-                )
+            await _checkpoint(conn, instance_id, checkpoints)
+
+    async def checkpoint(self, instance_id: str, checkpoints: Sequence[Checkpoint]) -> None:
+        """The tokens so far of `instance_id`'s requests in flight, into their pending records
+        (the last ones of a dead process, from its journal)."""
+        async with self.engine.begin() as conn:
+            await _checkpoint(conn, instance_id, checkpoints)
 
     async def retire(self, instance_id: str) -> None:
         """At a clean stop: the heartbeat is backdated, so a record this process could not
@@ -138,3 +132,21 @@ class SqlInstances:
                 if found < SWEEP_BATCH:
                     break
         return result
+
+
+async def _checkpoint(
+    conn: AsyncConnection, instance_id: str, checkpoints: Sequence[Checkpoint]
+) -> None:
+    if checkpoints:
+        await conn.execute(
+            _CHECKPOINT,
+            [
+                {
+                    "b_uuid": c.uuid,
+                    "b_instance": instance_id,
+                    "b_input": c.input_tokens,
+                    "b_output": c.output_tokens,
+                }
+                for c in checkpoints
+            ],
+        )
