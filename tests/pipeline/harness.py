@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from fastapi import FastAPI
 
@@ -144,11 +143,11 @@ async def _admin_key(stores: SqlStores, settings: Settings) -> str:
     return key
 
 
-def _health_checks(engines: dict[str, FakeEngine]) -> Callable[..., Awaitable[Probe]]:
+def _health_checks(engines: dict[str, FakeEngine]) -> Callable[[BackendConfig], Awaitable[Probe]]:
     """The health check of a fake engine: healthy unless the test says not, every model it
     serves loaded (as vLLM keeps them)."""
 
-    async def probe(monitor: BackendMonitor, config: BackendConfig) -> Probe:
+    async def probe(config: BackendConfig) -> Probe:
         engine = engines[config.name]
         return Probe(True) if engine.healthy else Probe(False, f"{engine.name}: unhealthy")
 
@@ -190,9 +189,10 @@ async def in_process(
     for name, engine in engines.items():
         await adapters[name].aclose()
         adapters[name] = engine
-    with mock.patch.object(BackendMonitor, "_probe", _health_checks(engines)):
-        async with app.router.lifespan_context(app):
-            yield InProcess(app, settings, stores, clock, engines, key)
+    monitor: BackendMonitor = app.state.runtime.monitor
+    monitor._probe = _health_checks(engines)  # type: ignore[method-assign,assignment]
+    async with app.router.lifespan_context(app):
+        yield InProcess(app, settings, stores, clock, engines, key)
 
 
 def error_message(dialect: str, body: bytes) -> str:
