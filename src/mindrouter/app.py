@@ -104,7 +104,8 @@ def build_app(
     """The ASGI app. The database must already be migrated (`serve` checks before calling).
 
     `clock` is what the request path measures time on (breaker cooldowns, the queue, the
-    drain's grace): monotonic seconds; tests move it forward instead of waiting."""
+    drain's grace): monotonic seconds; tests move it forward instead of waiting. It is for a
+    single process: the stores shared through Redis keep their links' own clock."""
     stores = stores or open_stores(settings.database_url, audit_commit=settings.audit_commit)
     catalog = build_catalog(settings)
     adapters = build_adapters(settings, catalog)
