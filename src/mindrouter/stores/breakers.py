@@ -116,12 +116,7 @@ class SharedBreakers(SharedStore):
     """The breakers of `backends`, kept in step with every other process through Redis."""
 
     connections = 4  # the exchange, the claims of several half-open backends, and stop()
-    words = StoreWords(
-        "breaker:",
-        "breaker",
-        down="circuit breakers kept locally: Redis unreachable",
-        back="circuit breakers shared through Redis again",
-    )
+    words = StoreWords("breaker:", "breaker", "circuit breakers", "kept locally")
 
     def __init__(
         self,
@@ -129,7 +124,9 @@ class SharedBreakers(SharedStore):
         backends: Sequence[BackendState],
         *,
         interval: float = DEFAULT_INTERVAL,
+        # While no breaker is open here, exchanges come this far apart.
         idle_interval: float = DEFAULT_IDLE_INTERVAL,
+        # How long the process that claimed a half-open backend's probe holds the claim.
         probe_lease: float = DEFAULT_PROBE_LEASE,
     ) -> None:
         if not interval > 0 or not probe_lease > 0:

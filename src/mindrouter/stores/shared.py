@@ -62,12 +62,21 @@ class RedisLink:
 @dataclass(frozen=True, slots=True)
 class StoreWords:
     """What a shared store is called: the prefix of its keys (after the link's), its name in
-    the logs, and the lines logged when Redis goes away and when it comes back."""
+    the logs, what it shares and what becomes of that while Redis is away, for the lines
+    logged when Redis goes away and when it comes back."""
 
     keys: str
     what: str
-    down: str
-    back: str
+    shares: str
+    meanwhile: str
+
+    @property
+    def down(self) -> str:
+        return f"{self.shares} {self.meanwhile}: Redis unreachable"
+
+    @property
+    def back(self) -> str:
+        return f"{self.shares} shared through Redis again"
 
 
 class SharedStore:

@@ -82,12 +82,7 @@ async def _await(result: Awaitable[Any] | Any) -> Any:
 class RedisFairShareState(SharedStore):
     """`FairShareState` shared through Redis; see the module docstring for the design."""
 
-    words = StoreWords(
-        "fairshare:",
-        "fair-share",
-        down="fair-share counters kept locally: Redis unreachable",
-        back="fair-share counters shared through Redis again",
-    )
+    words = StoreWords("fairshare:", "fair-share", "fair-share counters", "kept locally")
 
     def __init__(
         self,

@@ -85,12 +85,7 @@ class SharedSlots(SharedStore):
     """The slot board of `backends`, kept in step with every other process through Redis."""
 
     shared = True
-    words = StoreWords(
-        "slots:",
-        "slot board",
-        down="backend slots counted per process: Redis unreachable",
-        back="backend slots shared through Redis again",
-    )
+    words = StoreWords("slots:", "slot board", "backend slots", "counted per process")
 
     def __init__(
         self,
