@@ -136,6 +136,7 @@ def main() -> None:
             seconds=round(time.time() - started),
             load_seconds=args.seconds,
             final_exits=exits,
+            failed_starts=sum(r.failed_starts for r in stack.replicas),
             faults=[
                 {
                     "kind": f.kind,
