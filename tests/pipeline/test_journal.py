@@ -10,7 +10,9 @@ import uuid
 from pathlib import Path
 
 from mindrouter.pipeline.journal import Journal, journal_dir, orphans
-from mindrouter.stores.sql.instances import Checkpoint
+from mindrouter.pipeline.recovery import Recovery
+from mindrouter.stores.limits.memory import MemoryLimitStore
+from mindrouter.stores.sql.instances import Checkpoint, SweepResult
 
 _CHILD = """
 import os, sys, time
@@ -77,3 +79,33 @@ def test_each_database_has_its_own_folder(tmp_path: Path) -> None:
     assert one != journal_dir("sqlite+aiosqlite:///b.db", None)
     assert f"mindrouter-{os.getuid()}" in str(one)
     assert journal_dir("x", str(tmp_path)) == tmp_path
+
+
+class _Ledger:
+    """The instance ledger's calls, answered with nothing (the database is not the point)."""
+
+    async def register(self, *args: object) -> None:
+        pass
+
+    async def heartbeat(self, *args: object) -> None:
+        pass
+
+    async def checkpoint(self, *args: object) -> None:
+        pass
+
+    async def retire(self, *args: object) -> None:
+        pass
+
+    async def sweep(self, *args: object) -> SweepResult:
+        return SweepResult([], 0, [])
+
+
+async def test_a_gateway_without_a_usable_journal_folder_still_starts(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    recovery = Recovery(_Ledger(), MemoryLimitStore(), stale_s=15, journal_dir=blocked / "j")
+    await recovery.start()
+    assert recovery.journal is None
+    assert recovery.track(str(uuid.uuid4()), lambda: None) is None
+    await recovery.tick()
+    await recovery.stop()

@@ -131,8 +131,8 @@ def orphans(directory: Path) -> Iterator[Orphan]:
     for path in sorted(directory.glob(f"*{_SUFFIX}")):
         try:
             fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
-            continue  # taken by another process meanwhile
+        except OSError:
+            continue  # taken by another process meanwhile, or not ours to read
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -102,7 +102,12 @@ class Recovery:
     async def start(self) -> None:
         await self._ledger.register(self.instance_id, self._host, self._pid, self._now())
         if self._journal_dir is not None:
-            self.journal = Journal(self._journal_dir, self.instance_id)
+            try:
+                self.journal = Journal(self._journal_dir, self.instance_id)
+            except OSError as exc:
+                # Without it a kill costs up to a heartbeat of output per stream, as documented;
+                # that is no reason to refuse to serve.
+                log.warning("no journal of requests in flight", error=str(exc))
         log.info("instance registered", instance=self.instance_id)
 
     async def stop(self) -> None:
