@@ -153,7 +153,8 @@ def _report(ns: argparse.Namespace, st: dict[str, Any], raw: Path | None) -> str
         f"**CPU {per_chunk:.1f} µs per relayed chunk** ({st['cpu_s']:.2f} s of gateway CPU, "
         f"{st['chunks']} content chunks received, {st['ok']}/{st['streams']} streams ok, "
         f"coalesced streams {st['coalesced_streams']}); {st['system_share']:.0%} of it in the "
-        "kernel (system time).",
+        "kernel (system time)."
+        + (f" Failed streams: {st['error_kinds']}." if st["errors"] else ""),
         "",
         f"Inter-chunk gap p50 {st['gap_p50_ms']:.2f} ms, p99 {st['gap_p99_ms']:.2f} ms, "
         f"max {st['gap_max_ms']:.2f} ms; TTFT p50 {st['ttft_p50_ms']:.2f} ms, "
@@ -252,7 +253,7 @@ async def against(ns: argparse.Namespace) -> Path:
                 print(
                     f"  r{round_} {n:<14} cpu {row['cpu_us_per_chunk']:6.1f} µs/chunk  "
                     f"gap p99 {row['gap_p99_ms']:7.2f} ms  load {row['load']:.2f}  "
-                    f"ok {row['ok']}/{row['streams']}",
+                    f"ok {row['ok']}/{row['streams']} {row['error_kinds'] or ''}",
                     flush=True,
                 )
         for t in gws.values():

@@ -197,6 +197,9 @@ def mindrouter_config(
         "secret_key": "bench-" + uuid4().hex,
         "timeouts": {"connect": 5, "first_byte": 30, "total": 60},
         "capacity_wait_s": 30,
+        # Every benchmark client connects from 127.0.0.1: the per-address cap (64 by default)
+        # would refuse all but 64 of 256 concurrent streams.
+        "max_connections_per_client": 0,
         "groups": [
             {
                 "name": "bench",

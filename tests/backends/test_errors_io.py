@@ -274,6 +274,26 @@ async def test_a_stream_that_goes_silent_ends_after_the_idle_gap(
     assert [e.text for e in seen if isinstance(e, TextDelta)] == ["x"]
 
 
+async def one_piece_then_bytes_without_a_line(req: Recorded, reply: Reply) -> None:
+    await reply.start(200, "text/event-stream")
+    await reply.write(sse({"choices": [{"index": 0, "delta": {"content": "x"}}]}))
+    while not req.gone.is_set():
+        await reply.write(b":")
+        await asyncio.sleep(0.03)
+
+
+async def test_bytes_trickled_without_a_line_end_the_stream_after_the_idle_gap(
+    engine: FakeEngine, make_adapter: Make
+) -> None:
+    engine.on("/v1/chat/completions", one_piece_then_bytes_without_a_line)
+    adapter = make_adapter("vllm", timeouts=Timeouts(first_byte=5, total=30, idle=0.15))
+    seen: list[Any] = []
+    with pytest.raises(UpstreamTimeout, match=r"silent for 0\.15 s"):
+        async for event in adapter.chat_stream(chat()):
+            seen.append(event)
+    assert [e.text for e in seen if isinstance(e, TextDelta)] == ["x"]
+
+
 async def test_total_timeout_without_streaming(engine: FakeEngine, make_adapter: Make) -> None:
     engine.on("/api/chat", hang_until_gone)
     adapter = make_adapter("ollama", timeouts=Timeouts(connect=5, first_byte=5, total=0.15))

@@ -125,7 +125,7 @@ class UpstreamStream:
     Lines are split out of the bytes as they arrive, in a buffer of our own: one read of the
     body per piece the engine sends rather than one per line, and no timeout to set up for a line
     that is already there. The idle timeout is one timer per stream (`_watch`), which looks at
-    how long the read under way has waited, instead of a timeout around every read.
+    how long the line under way has been waited for, instead of a timeout around every read.
     """
 
     __slots__ = (
@@ -152,8 +152,8 @@ class UpstreamStream:
         self._finished = False
         self._buf = b""  # bytes received and not yet taken; lines start at `_pos`
         self._pos = 0
-        self._reading = False  # a read of the body is waiting
-        self._since = 0.0  # when it started
+        self._reading = False  # a line is being waited for
+        self._since = 0.0  # since when
         self._timer: asyncio.TimerHandle | None = None
         # Looked up once: asyncio's lookup asks the kernel for the process id every time.
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -203,8 +203,9 @@ class UpstreamStream:
             resp.close()
 
     def _watch(self) -> None:
-        """The idle timer: a read that has waited `idle` seconds fails; otherwise the timer is
-        set again for when the read under way (or the next one) would have waited that long."""
+        """The idle timer: a line that has been waited for `idle` seconds fails the read;
+        otherwise the timer is set again for when the wait under way (or the next one) would
+        have lasted that long."""
         resp, loop, idle = self._resp, self._loop, self._up.timeouts.idle
         if resp is None or loop is None:
             return
@@ -270,23 +271,22 @@ class UpstreamStream:
         resp, loop = self._resp, self._loop
         assert resp is not None and loop is not None
         content = resp.content
+        # The silence is counted from here to the end of the line: bytes trickled without one
+        # do not keep a stream alive.
+        self._since = loop.time()
+        self._reading = True
         try:
-            while True:
-                self._since = loop.time()
-                self._reading = True
-                try:
-                    more = await self._append(content)
-                finally:
-                    self._reading = False
-                if not more:
-                    rest = self._buf[self._pos :]
-                    self._buf, self._pos = b"", 0
-                    return rest
+            while await self._append(content):
                 line = self._line()
                 if line is not None:
                     return line
         except CLIENT_FAILURES as exc:
             raise error_from_exception(exc, self._up.backend, "reading the stream") from exc
+        finally:
+            self._reading = False
+        rest = self._buf[self._pos :]
+        self._buf, self._pos = b"", 0
+        return rest
 
     async def next_sse_data(self) -> bytes | None:
         """The data of the next server-sent event, or None at the end of the body.
