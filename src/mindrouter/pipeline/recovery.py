@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 from uuid import uuid4
@@ -45,11 +45,14 @@ class InstanceLedger(Protocol):
         pid: int,
         now: datetime,
         checkpoints: list[Checkpoint],
-    ) -> None: ...
+        stale_s: float | None = None,
+    ) -> list[str]: ...
 
     async def retire(self, instance_id: str) -> None: ...
 
-    async def sweep(self, now: datetime, stale_s: float) -> SweepResult: ...
+    async def sweep(
+        self, now: datetime, stale_s: float, dead: Sequence[str] | None = None
+    ) -> SweepResult: ...
 
 
 class Recovery:
@@ -96,11 +99,15 @@ class Recovery:
         return points
 
     async def tick(self) -> int:
-        """One heartbeat with checkpoints, then one sweep; returns the records swept."""
-        await self._ledger.heartbeat(
-            self.instance_id, self._host, self._pid, self._now(), self.checkpoints()
+        """One heartbeat with checkpoints, which finds the dead processes, then their sweep;
+        returns the records swept."""
+        now = self._now()
+        dead = await self._ledger.heartbeat(
+            self.instance_id, self._host, self._pid, now, self.checkpoints(), self.stale_s
         )
-        result = await self._ledger.sweep(self._now(), self.stale_s)
+        if not dead:
+            return 0
+        result = await self._ledger.sweep(now, self.stale_s, dead)
         if result.closed:
             self.swept += result.closed
             log.warning(
