@@ -1,6 +1,7 @@
 """The fault schedule of the soak, and the time each recovery took.
 
-One cycle of `cycle` seconds, repeated: a replica SIGKILLed mid-stream (started again 5 s later),
+One cycle of `cycle` seconds, repeated: a replica SIGKILLed mid-stream (the first found with
+requests in flight, waiting up to 20 s for one; started again 5 s later),
 Redis killed and started again empty, every PostgreSQL connection of the soak's database
 terminated, a replica taken out of the proxy's rotation and sent SIGTERM a second later (started
 again once it has drained and exited); one backend
@@ -110,16 +111,30 @@ class Schedule:
                 held.add((key.decode(), member.decode()))
         return held
 
-    async def _kill(self, n: int, _: Any) -> None:
-        replica = self.stack.replicas[n % len(self.stack.replicas)]
-        if replica.proc is None:
-            return  # still restarting from an earlier fault
-        instance = await self._instance_of(replica.proc.pid)
-        for _ in range(40):  # mid-stream: wait (up to 10 s) for requests in flight there
-            pending_before = await self._pending(instance)
-            if pending_before:
-                break
+    async def _busy_replica(self, n: int) -> tuple[Any, str, int] | None:
+        """Mid-stream: the first replica found with requests in flight, asked round after round
+        for up to 20 s (users at their limits leave replicas idle for spells); else the n-th."""
+        replicas = self.stack.replicas
+        for _ in range(int(20 / POLL_S)):
+            for i in range(len(replicas)):
+                replica = replicas[(n + i) % len(replicas)]
+                if replica.proc is None:
+                    continue  # still restarting from an earlier fault
+                instance = await self._instance_of(replica.proc.pid)
+                pending = await self._pending(instance)
+                if pending:
+                    return replica, instance, pending
             await asyncio.sleep(POLL_S)
+        replica = replicas[n % len(replicas)]
+        if replica.proc is None:
+            return None
+        return replica, await self._instance_of(replica.proc.pid), 0
+
+    async def _kill(self, n: int, _: Any) -> None:
+        found = await self._busy_replica(n)
+        if found is None:
+            return
+        replica, instance, pending_before = found
         assert self.stack.redis is not None
         client = redis_asyncio.Redis.from_url(self.stack.redis.url)
         try:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ USERS = {
 }
 LEASE_S = 20.0
 GRACE_S = 10.0
+START_ATTEMPTS = 5
 
 
 def _sims() -> dict[str, SimConfig]:
@@ -58,14 +61,26 @@ class Replica:
     logs: Path
     proc: GatewayProcess | None = None
     starts: int = 0
+    failed_starts: int = 0
     # Out of the proxy's rotation: what an orchestrator does before it stops a replica.
     in_rotation: bool = True
 
     def start(self) -> None:
-        self.starts += 1
-        self.in_rotation = True
-        self.proc = GatewayProcess(self.config, self.logs / f"{self.name}-{self.starts}.log")
-        self.proc.start().wait_ready()
+        """Started as a supervisor would: a start that fails (a gateway exits when its database
+        fails it while it starts, as the soak's faults can make it do) is tried again."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            self.starts += 1
+            self.in_rotation = True
+            self.proc = GatewayProcess(self.config, self.logs / f"{self.name}-{self.starts}.log")
+            try:
+                self.proc.start().wait_ready()
+                return
+            except AssertionError as exc:
+                self.failed_starts += 1
+                print(f"{self.name}: start {attempt} failed: {str(exc)[:300]}", file=sys.stderr)
+                if attempt == START_ATTEMPTS:
+                    raise
+                time.sleep(2.0)
 
     @property
     def address(self) -> tuple[str, int] | None:

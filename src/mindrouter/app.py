@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -39,6 +40,7 @@ from mindrouter.observability.metrics import Metrics
 from mindrouter.pipeline.drain import Drain
 from mindrouter.pipeline.gateway import Gateway
 from mindrouter.pipeline.housekeeping import Chore, Housekeeping
+from mindrouter.pipeline.journal import journal_dir
 from mindrouter.pipeline.leases import LeaseKeeper
 from mindrouter.pipeline.recovery import Recovery
 from mindrouter.pipeline.services import Services
@@ -93,8 +95,17 @@ def _error_handlers(app: FastAPI, metrics: Metrics) -> None:
     app.add_exception_handler(Exception, on_unexpected)
 
 
-def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
-    """The ASGI app. The database must already be migrated (`serve` checks before calling)."""
+def build_app(
+    settings: Settings,
+    stores: SqlStores | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> FastAPI:
+    """The ASGI app. The database must already be migrated (`serve` checks before calling).
+
+    `clock` is what the request path measures time on (breaker cooldowns, the queue, the
+    drain's grace): monotonic seconds; tests move it forward instead of waiting. It is for a
+    single process: the stores shared through Redis keep their links' own clock."""
     stores = stores or open_stores(settings.database_url, audit_commit=settings.audit_commit)
     catalog = build_catalog(settings)
     adapters = build_adapters(settings, catalog)
@@ -105,10 +116,15 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
     limits = build_limits(settings, metrics)
     usage = UsageSync(stores.usage, limits)
     leases = LeaseKeeper(limits, settings.lease_renew_s)
-    recovery = Recovery(stores.instances, limits, stale_s=settings.instance_stale_s)
-    drain = Drain(settings.shutdown_grace_s)
+    recovery = Recovery(
+        stores.instances,
+        limits,
+        stale_s=settings.instance_stale_s,
+        journal_dir=journal_dir(settings.database_url, settings.journal_dir),
+    )
+    drain = Drain(settings.shutdown_grace_s, clock)
     sharing = build_sharing(settings, catalog)
-    gate = CapacityGate(FairQueue(sharing.fairshare), arbiter=sharing.slots)
+    gate = CapacityGate(FairQueue(sharing.fairshare), clock=clock, arbiter=sharing.slots)
     sharing.slots.attach(gate)
     services = Services(
         catalog=catalog,
@@ -127,6 +143,7 @@ def build_app(settings: Settings, stores: SqlStores | None = None) -> FastAPI:
         leases=leases,
         recovery=recovery,
         draining=drain.expired,
+        clock=clock,
     )
     gateway = Gateway(services)
     metrics.watch(catalog, gateway.views.queue_depths, services.clock)

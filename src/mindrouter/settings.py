@@ -81,6 +81,9 @@ class Settings:
     # process silent for instance_stale_s is dead, and its pending audit records are swept.
     heartbeat_s: float = 3.0
     instance_stale_s: float = 15.0
+    # Where each process keeps the counts of its requests in flight for a successor on the same
+    # machine (pipeline/journal.py); None: a folder in /dev/shm named for the database.
+    journal_dir: str | None = None
     # Limit leases (a user's concurrency slot and token reservation) expire this long after
     # their last renewal; the process serving a request renews them every lease_renew_s.
     lease_s: float = 20.0
@@ -173,7 +176,7 @@ def _connections(top: Section, s: Settings) -> None:
         s.metrics_port = top.integer("metrics_port", 0, (0, 65535))
 
 
-def _heartbeat(top: Section, s: Settings) -> None:
+def _heartbeat(top: Section, s: Settings, base: Path | None) -> None:
     s.instance_stale_s = top.number("instance_stale_s", s.instance_stale_s, above=0, at_most=120)
     s.heartbeat_s = top.number("heartbeat_s", s.heartbeat_s, above=0)
     if s.heartbeat_s > s.instance_stale_s / 3:
@@ -181,6 +184,9 @@ def _heartbeat(top: Section, s: Settings) -> None:
             "heartbeat_s",
             f"at most a third of instance_stale_s ({s.instance_stale_s:g}), got {s.heartbeat_s:g}",
         )
+    journal = top.value("journal_dir", str, None)
+    if journal:
+        s.journal_dir = str(base / journal) if base is not None else journal
 
 
 def _leases(top: Section, s: Settings) -> None:
@@ -225,7 +231,7 @@ def settings_from_dict(raw: Any, base: Path | None = None) -> Settings:
     )
     s.trusted_proxies = _trusted_proxies(top)
     _connections(top, s)
-    _heartbeat(top, s)
+    _heartbeat(top, s, base)
     _leases(top, s)
     s.shutdown_grace_s = top.number("shutdown_grace_s", s.shutdown_grace_s, at_least=0)
     s.responses_retention_days = top.integer(

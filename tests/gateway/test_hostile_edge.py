@@ -7,6 +7,7 @@ import asyncio
 import socket
 
 import httpx
+import orjson
 import pytest
 
 from mindrouter.http import bodies
@@ -75,7 +76,7 @@ def test_a_large_body_is_checked_as_a_small_one_is(stack: Stack, size: int) -> N
     r = httpx.post(stack.url + "/api/chat", json=nested, headers=stack.auth, timeout=60)
     assert r.status_code == 400 and "nests deeper than 64 levels (at x" in r.json()["error"]
     if size > bodies.OFF_PROCESS_BYTES:  # the child decoded them (the gateway runs in-process)
-        assert bodies._child._pool is not None
+        assert bodies._child.proc is not None
 
 
 def test_bad_json_without_a_key_is_401_everywhere(stack: Stack) -> None:
@@ -158,3 +159,16 @@ def test_a_silent_connection_is_closed_after_the_header_timeout(stack: Stack) ->
     data = s.recv(4096)
     assert data.startswith(b"HTTP/1.1 408")
     s.close()
+
+
+async def test_a_large_body_is_decoded_when_the_child_has_died() -> None:
+    value = {"messages": [{"role": "user", "content": "word " * (bodies.OFF_PROCESS_BYTES // 4)}]}
+    body = orjson.dumps(value)
+    assert await bodies.decode_body(body) == value
+    proc = bodies._child.proc
+    assert proc is not None
+    with pytest.raises(bodies.ChildLost):
+        bodies._child.decode("/nonexistent/body")  # the child dies of it
+    assert proc.wait(timeout=10) != 0
+    assert await bodies.decode_body(body) == value
+    assert bodies._child.proc is not None and bodies._child.proc.pid != proc.pid

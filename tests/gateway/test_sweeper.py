@@ -1,7 +1,7 @@
 """A gateway process killed mid-stream (SIGKILL): its `pending` audit records are closed as
-`interrupted` by another process's sweeper (or by the same gateway started again), the tokens of
-their last checkpoint are charged once, to the database and to the limit counters, and the
-user's slots come back.
+`interrupted` by another process's sweeper, with the tokens of their last checkpoint, or by the
+same gateway started again on the same machine, with the counts its journal held at the kill;
+charged once, to the database and to the limit counters, and the user's slots come back.
 
 Short heartbeats (`heartbeat_s: 0.5`, `instance_stale_s: 3`) and leases (`lease_s: 4`) keep the
 test brief; the mechanism is the one the defaults drive (3 s and 15 s, 20 s leases).
@@ -76,25 +76,33 @@ def test_a_killed_gateways_records_are_closed_and_charged_once(engine: str, tmp_
     state = engine_app.state.sim
     try:
         with fresh_database(engine, tmp_path, migrated=False) as url, redis_namespace() as ns:
-            config = write_config(
-                tmp_path / "mindrouter.yaml",
-                gateway_config(
-                    sim.url,
-                    url,
-                    groups=[{"name": "g", "max_concurrent": STREAMS}],
-                    users=[{"name": "u", "group": "g"}],
-                    redis_url=ns.url,
-                    redis_prefix=ns.prefix,
-                    lease_s=4.0,
-                    lease_renew_s=1.0,
-                    heartbeat_s=HEARTBEAT_S,
-                    instance_stale_s=STALE_S,
-                ),
+
+            def config(name: str) -> Path:
+                return write_config(
+                    tmp_path / f"{name}.yaml",
+                    gateway_config(
+                        sim.url,
+                        url,
+                        groups=[{"name": "g", "max_concurrent": STREAMS}],
+                        users=[{"name": "u", "group": "g"}],
+                        redis_url=ns.url,
+                        redis_prefix=ns.prefix,
+                        lease_s=4.0,
+                        lease_renew_s=1.0,
+                        heartbeat_s=HEARTBEAT_S,
+                        instance_stale_s=STALE_S,
+                        journal_dir=str(tmp_path / f"journal-{name}"),
+                    ),
+                )
+
+            # PostgreSQL: a surviving replica on another machine (its own journal folder)
+            # sweeps. SQLite: the same gateway, started again, takes in the dead one's journal.
+            a_config = config("a")
+            cli("migrate", "--config", str(a_config))
+            a = GatewayProcess(a_config, tmp_path / "a.log").start()
+            survivor = GatewayProcess(
+                config("b") if engine == "postgresql" else a_config, tmp_path / "b.log"
             )
-            cli("migrate", "--config", str(config))
-            # PostgreSQL: a surviving replica sweeps. SQLite: the same gateway, started again.
-            a = GatewayProcess(config, tmp_path / "a.log").start()
-            survivor = GatewayProcess(config, tmp_path / "b.log")
             if engine == "postgresql":
                 survivor.start()
             try:
@@ -138,6 +146,11 @@ def test_a_killed_gateways_records_are_closed_and_charged_once(engine: str, tmp_
                 charged = sum(r.input_tokens + r.output_tokens for r in records)
                 output = sum(r.output_tokens for r in records)
                 assert 0 < output <= generated  # the last checkpoint, never more than was made
+                if engine == "sqlite":
+                    # The journal's counts: every chunk the killed process had received, all but
+                    # what was on its way from the engine at the kill.
+                    assert output >= generated - STREAMS
+                    assert not (tmp_path / "journal-a" / f"{killed.id}.journal").exists()
                 _wait(lambda: run_in_thread(_lifetime(url, user_id)) == charged, "charge")
                 _, alive = run_in_thread(_rows(url))
                 assert killed.id not in {i.id for i in alive}  # the row went with the sweep

@@ -15,14 +15,14 @@ starts another; the body of the moment is decoded on a worker thread instead.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
+import pickle
+import subprocess
+import sys
 import tempfile
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
@@ -124,9 +124,9 @@ def _unsliced(value: Any, body: bytes) -> Any:
     return value
 
 
-def _decode_in_child(path: str) -> tuple[Any, str | None, str | None]:
-    """(value with long strings sliced, None, None), or (None, message, param) for a body that
-    is refused: exceptions are handed back as plain values, which always cross."""
+def decode_sliced(path: str) -> tuple[Any, str | None, str | None]:
+    """What the child does with one body: (value with long strings sliced, None, None), or
+    (None, message, param) for a body that is refused, as plain values."""
     with open(path, "rb") as f:
         body = f.read()
     try:
@@ -150,24 +150,52 @@ def _spill(body: bytes) -> str:
 _SPILL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
+class ChildLost(Exception):
+    """The child died or answered nonsense; the body is decoded here instead."""
+
+
 class _Child:
+    """One long-lived `python -m mindrouter.http.body_child`, started with the first large body.
+
+    A process of its own rather than a multiprocessing pool: a pool's child imports the whole
+    gateway again (the main module), seconds of CPU taken from the event loop on a small
+    machine, where this one imports orjson and this module. It runs at the lowest scheduling
+    priority, so that its parse yields the CPU to the requests the gateway is serving. Used from
+    worker threads (its pipes block), one body at a time; gateways on several threads (tests)
+    share it. It ends when its standard input closes, that is with this process.
+    """
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # gateways on several threads (tests) share the child
-        self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self.proc: subprocess.Popen[bytes] | None = None
 
-    def pool(self) -> ProcessPoolExecutor:
+    def decode(self, path: str) -> tuple[Any, str | None, str | None]:
         with self._lock:
-            if self._pool is None:
-                # spawn: a fork of a process with running threads and event loops is unsafe.
-                context = multiprocessing.get_context("spawn")
-                self._pool = ProcessPoolExecutor(1, mp_context=context)
-            return self._pool
+            proc = self.proc
+            if proc is None or proc.poll() is not None:
+                proc = self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "mindrouter.http.body_child"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                )
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(path.encode() + b"\n")
+                proc.stdin.flush()
+                size = int.from_bytes(_read_exactly(proc.stdout, 8), "big")
+                answer = pickle.loads(_read_exactly(proc.stdout, size))
+            except (OSError, ValueError, pickle.UnpicklingError, ChildLost):
+                proc.kill()
+                self.proc = None
+                raise ChildLost from None
+            return answer  # type: ignore[no-any-return]
 
-    def lost(self, pool: ProcessPoolExecutor) -> None:
-        with self._lock:
-            if self._pool is pool:
-                self._pool = None
-        pool.shutdown(wait=False, cancel_futures=True)
+
+def _read_exactly(stream: IO[bytes], n: int) -> bytes:
+    data = stream.read(n)
+    if len(data) != n:
+        raise ChildLost
+    return data
 
 
 _child = _Child()
@@ -180,12 +208,10 @@ async def decode_body(body: bytes) -> Any:
         return decode_json(body)
     if len(body) <= OFF_PROCESS_BYTES:
         return await asyncio.to_thread(decode_json, body)
-    pool = _child.pool()
     path = await asyncio.to_thread(_spill, body)
     try:
-        value, message, param = await asyncio.wrap_future(pool.submit(_decode_in_child, path))
-    except BrokenProcessPool:
-        _child.lost(pool)
+        value, message, param = await asyncio.to_thread(_child.decode, path)
+    except ChildLost:
         return await asyncio.to_thread(decode_json, body)
     finally:
         os.unlink(path)

@@ -109,8 +109,8 @@ class AuditRecord:
             instance_id=s.recovery.instance_id if s.recovery is not None else None,
         )
         self.begun = asyncio.ensure_future(s.audit.begin(self.start))  # its start committed
-        if s.recovery is not None:
-            s.recovery.track(self.start.uuid, progress)
+        # Its place in the process's journal, rewritten at each output chunk (`Flight.see`).
+        self.slot = s.recovery.track(self.start.uuid, progress) if s.recovery else None
 
     async def recorded(self) -> None:
         """Returns once the record is committed (raises if it could not be)."""

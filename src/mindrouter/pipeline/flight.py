@@ -29,6 +29,7 @@ from mindrouter.pipeline.admit import admit, settle
 from mindrouter.pipeline.audit import AuditRecord
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.estimate import estimate_output, estimate_request_input
+from mindrouter.pipeline.journal import Journal
 from mindrouter.pipeline.outcome import Status, record_outcome
 from mindrouter.pipeline.schedule import schedule
 from mindrouter.pipeline.services import Services
@@ -69,6 +70,8 @@ class Flight:
         self.backend: BackendState | None = None
         self.queued_ms: float | None = None
         self.tally = Tally()  # of the current attempt
+        self._journal: Journal | None = None  # with the request's slot in it, once recorded
+        self._slot = 0
         # How the request ended, as `end()` says; otherwise what it raised, or "cancelled".
         self.status: Status | None = None
         self.error: MindRouterError | None = None
@@ -85,6 +88,8 @@ class Flight:
         self.audit = AuditRecord(
             s, self.ctx, self.req, self.spec, lambda: self.tally.used(self.est_input)
         )
+        if self.audit.slot is not None and s.recovery is not None:
+            self._journal, self._slot = s.recovery.journal, self.audit.slot
         self.job = await schedule(
             s,
             self.ctx,
@@ -133,10 +138,18 @@ class Flight:
                     self.s.gate.release(model)
 
     def see(self, event: StreamEvent) -> None:
-        """An event of the current attempt: tallied, and its output charged to the fair queue."""
-        tokens = self.tally.see(event)
-        if self.job is not None and tokens > 0:
-            self.s.gate.queue.charge(self.job, tokens)
+        """An event of the current attempt: tallied, its output charged to the fair queue and
+        written to the process's journal (what a killed process is charged)."""
+        tally = self.tally
+        tokens = tally.see(event)
+        if tokens > 0:
+            if self.job is not None:
+                self.s.gate.queue.charge(self.job, tokens)
+            if self._journal is not None:
+                self._journal.note(self._slot, self.est_input, tally.produced)
+        elif self._journal is not None and tally.usage is not None:
+            usage = tally.usage
+            self._journal.note(self._slot, usage.input_tokens, usage.output_tokens)
 
     # -- stage 12 -------------------------------------------------------------------------------
 

@@ -11,9 +11,10 @@ tokens are passed on to the limit counters too, so the budget sees them on every
 
 A process killed mid-stream therefore has its records closed at most `instance_stale_s` plus
 one `heartbeat_s` after its last heartbeat (20 s with the defaults, under 25 s from the kill
-with a sweep taking a few seconds at most); what it relayed after its last checkpoint, at most
-`heartbeat_s` worth of output, is not charged. The same process restarted registers a new
-instance and sweeps its old one like any other.
+with a sweep taking a few seconds at most). What it relayed after its last checkpoint is in its
+journal (`journal.py`): a process on the same machine finds the dead one's file at its next
+heartbeat, writes those counts as the last checkpoint and sweeps the records at once; without
+such a process, up to `heartbeat_s` worth of output per stream is not charged.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Protocol
 from uuid import uuid4
 
 from mindrouter.canonical import Usage
 from mindrouter.observability.logging import log
+from mindrouter.pipeline.journal import Journal, orphans
 from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.stores.limits import LimitStore, Ticket
 from mindrouter.stores.limits.model import DAY_SECONDS
@@ -48,6 +51,8 @@ class InstanceLedger(Protocol):
         stale_s: float | None = None,
     ) -> list[str]: ...
 
+    async def checkpoint(self, instance_id: str, checkpoints: list[Checkpoint]) -> None: ...
+
     async def retire(self, instance_id: str) -> None: ...
 
     async def sweep(
@@ -62,6 +67,7 @@ class Recovery:
         limits: LimitStore,
         *,
         stale_s: float,
+        journal_dir: Path | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._ledger = ledger
@@ -72,23 +78,48 @@ class Recovery:
         self._host = socket.gethostname()
         self._pid = os.getpid()
         self._flights: dict[str, Callable[[], Usage | None]] = {}  # audit uuid -> used so far
+        self._journal_dir = journal_dir
+        self.journal: Journal | None = None  # from start(), when there is a journal directory
+        self._slots: dict[str, int] = {}  # audit uuid -> its slot in the journal
         self.swept = 0  # records this process closed for dead ones
 
-    def track(self, audit_uuid: str, used: Callable[[], Usage | None]) -> None:
+    def track(self, audit_uuid: str, used: Callable[[], Usage | None]) -> int | None:
+        """Follows a request in flight; returns its journal slot (for `Journal.note`), if any."""
         self._flights[audit_uuid] = used
+        if self.journal is None:
+            return None
+        slot = self.journal.take(audit_uuid)
+        if slot is not None:
+            self._slots[audit_uuid] = slot
+        return slot
 
     def untrack(self, audit_uuid: str) -> None:
         self._flights.pop(audit_uuid, None)
+        slot = self._slots.pop(audit_uuid, None)
+        if slot is not None and self.journal is not None:
+            self.journal.give(slot)
 
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self._wall(), UTC)
 
     async def start(self) -> None:
         await self._ledger.register(self.instance_id, self._host, self._pid, self._now())
+        if self._journal_dir is not None:
+            try:
+                self.journal = Journal(self._journal_dir, self.instance_id)
+            except OSError as exc:
+                # Without it a kill costs up to a heartbeat of output per stream, as documented;
+                # that is no reason to refuse to serve.
+                log.warning("no journal of requests in flight", error=str(exc))
         log.info("instance registered", instance=self.instance_id)
 
     async def stop(self) -> None:
+        # Whatever could not be completed is swept at once, with its tokens so far.
+        await self._ledger.checkpoint(self.instance_id, self.checkpoints())
         await self._ledger.retire(self.instance_id)
+        if self.journal is not None:
+            self.journal.remove()
+            self.journal = None
 
     def checkpoints(self) -> list[Checkpoint]:
         points = []
@@ -99,13 +130,15 @@ class Recovery:
         return points
 
     async def tick(self) -> int:
-        """One heartbeat with checkpoints, which finds the dead processes, then their sweep;
-        returns the records swept."""
+        """One heartbeat with checkpoints, which finds the dead processes, the journals of
+        processes that died here taken in, then their sweep; returns the records swept."""
         now = self._now()
-        dead = await self._ledger.heartbeat(
+        dead: list[str] | None = await self._ledger.heartbeat(
             self.instance_id, self._host, self._pid, now, self.checkpoints(), self.stale_s
         )
-        if not dead:
+        if self._journal_dir is not None and await self._take_orphans(self._journal_dir):
+            dead = None  # backdated since the heartbeat found the dead: the sweep reads again
+        if dead == []:
             return 0
         result = await self._ledger.sweep(now, self.stale_s, dead)
         if result.closed:
@@ -119,6 +152,28 @@ class Recovery:
         for charge in result.charges:
             await self._count(charge)
         return result.closed
+
+    async def _take_orphans(self, directory: Path) -> int:
+        """Each dead process's last counts into its pending records, which are then swept at
+        once (its heartbeat backdated) rather than after `instance_stale_s`; returns how many
+        were taken in."""
+        taken = 0
+        for orphan in orphans(directory):
+            try:
+                await self._ledger.checkpoint(orphan.instance_id, orphan.points)
+                await self._ledger.retire(orphan.instance_id)
+            except Exception as exc:
+                os.close(orphan.fd)  # kept for the next tick
+                log.warning("a dead process's journal not taken in", error=str(exc))
+                continue
+            orphan.remove()
+            log.info(
+                "journal of a dead gateway process taken in",
+                instance=orphan.instance_id,
+                requests=len(orphan.points),
+            )
+            taken += 1
+        return taken
 
     async def _count(self, charge: Charge) -> None:
         """The swept tokens, added to the limit counters (no lease of ours to release)."""

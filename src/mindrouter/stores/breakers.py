@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from mindrouter.routing.breaker import Unsent
 from mindrouter.routing.catalog import BackendState
 from mindrouter.stores.redis_client import text_of
-from mindrouter.stores.shared import RedisLink, SharedStore
+from mindrouter.stores.shared import RedisLink, SharedStore, StoreWords
 
 DEFAULT_INTERVAL = 0.1
 DEFAULT_IDLE_INTERVAL = 0.5
@@ -116,6 +116,7 @@ class SharedBreakers(SharedStore):
     """The breakers of `backends`, kept in step with every other process through Redis."""
 
     connections = 4  # the exchange, the claims of several half-open backends, and stop()
+    words = StoreWords("breaker:", "breaker", "circuit breakers", "kept locally")
 
     def __init__(
         self,
@@ -123,20 +124,14 @@ class SharedBreakers(SharedStore):
         backends: Sequence[BackendState],
         *,
         interval: float = DEFAULT_INTERVAL,
+        # While no breaker is open here, exchanges come this far apart.
         idle_interval: float = DEFAULT_IDLE_INTERVAL,
+        # How long the process that claimed a half-open backend's probe holds the claim.
         probe_lease: float = DEFAULT_PROBE_LEASE,
     ) -> None:
         if not interval > 0 or not probe_lease > 0:
             raise ValueError("interval and probe_lease must be positive")
-        super().__init__(
-            link,
-            "breaker:",
-            interval=interval,
-            pause=self._pause,
-            what="breaker",
-            down="circuit breakers kept locally: Redis unreachable",
-            back="circuit breakers shared through Redis again",
-        )
+        super().__init__(link, interval=interval)
         self._backends: list[BackendState] = []
         self._keys: list[str] = []
         self._key_of: dict[str, str] = {}

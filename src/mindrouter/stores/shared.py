@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -58,31 +59,43 @@ class RedisLink:
         return cls(client, prefix, timeout=2 * timeout_seconds, owns_client=True)
 
 
+@dataclass(frozen=True, slots=True)
+class StoreWords:
+    """What a shared store is called: the prefix of its keys (after the link's), its name in
+    the logs, what it shares and what becomes of that while Redis is away, for the lines
+    logged when Redis goes away and when it comes back."""
+
+    keys: str
+    what: str
+    shares: str
+    meanwhile: str
+
+    @property
+    def down(self) -> str:
+        return f"{self.shares} {self.meanwhile}: Redis unreachable"
+
+    @property
+    def back(self) -> str:
+        return f"{self.shares} shared through Redis again"
+
+
 class SharedStore:
     """A store kept in step with the other gateway processes by a background exchange with
     Redis: `sync` is one exchange (True if Redis answered; errors are logged, never raised),
-    run every `pause()` seconds by the loop `start` starts; `stop` stops it, lets the store
-    take its leave (`_leave`: push what is left, withdraw), and closes an owned client."""
+    run every `_pause()` seconds by the loop `start` starts; `stop` stops it, lets the store
+    take its leave (`_leave`: push what is left, withdraw), and closes an owned client. Each
+    store names itself in `words`."""
 
     connections = 2  # for `RedisLink.from_url`: the exchange, and stop()'s last one
+    words: ClassVar[StoreWords]
 
-    def __init__(
-        self,
-        link: RedisLink,
-        keys: str,
-        *,
-        interval: float,
-        pause: Callable[[], float],
-        what: str,
-        down: str,
-        back: str,
-        min_gap: float = 0.0,
-    ) -> None:
+    def __init__(self, link: RedisLink, *, interval: float, min_gap: float = 0.0) -> None:
+        words = self.words
         if not link.timeout > 0 or not link.retry_after > 0:
-            raise ValueError(f"the {what}'s timeout and retry_after must be positive")
+            raise ValueError(f"the {words.what}'s timeout and retry_after must be positive")
         self._client = link.client
         self._owns_client = link.owns_client
-        self._prefix = f"{link.prefix}{keys}"
+        self._prefix = f"{link.prefix}{words.keys}"
         self._clock = link.clock
         self._me = uuid.uuid4().hex  # this process among the others
         self.interval = interval
@@ -90,9 +103,13 @@ class SharedStore:
         self.retry_after = link.retry_after
         self._lock = asyncio.Lock()  # one exchange at a time
         self._loop = ExchangeLoop(
-            self.sync, interval=pause, retry_after=link.retry_after, what=what, min_gap=min_gap
+            self.sync,
+            interval=self._pause,
+            retry_after=link.retry_after,
+            what=words.what,
+            min_gap=min_gap,
         )
-        self._outage = Outage(down, back, link.clock)
+        self._outage = Outage(words.down, words.back, link.clock)
         self._last_ok = link.clock()  # when an exchange last reached Redis
         self.exchanges = 0
 
@@ -123,6 +140,10 @@ class SharedStore:
         finally:
             if self._owns_client:
                 await self._client.aclose()
+
+    def _pause(self) -> float:
+        """Seconds from one exchange to the next."""
+        return self.interval
 
     async def sync(self) -> bool:
         raise NotImplementedError

@@ -64,7 +64,7 @@ from mindrouter.observability.logging import log
 from mindrouter.stores.fairshare import lua
 from mindrouter.stores.fairshare.mirror import Account, Batch, LocalMirror, Pulled
 from mindrouter.stores.redis_client import text_of
-from mindrouter.stores.shared import RedisLink, SharedStore
+from mindrouter.stores.shared import RedisLink, SharedStore, StoreWords
 
 DEFAULT_SYNC_INTERVAL = 0.05
 # While requests wait for slots somewhere, decisions follow each other closely: exchange this
@@ -92,6 +92,8 @@ async def _await(result: Awaitable[Any] | Any) -> Any:
 class RedisFairShareState(SharedStore):
     """`FairShareState` shared through Redis; see the module docstring for the design."""
 
+    words = StoreWords("fairshare:", "fair-share", "fair-share counters", "kept locally")
+
     def __init__(
         self,
         link: RedisLink,
@@ -103,16 +105,7 @@ class RedisFairShareState(SharedStore):
     ) -> None:
         if not sync_interval > 0:
             raise ValueError("sync_interval must be positive")
-        super().__init__(
-            link,
-            "fairshare:",
-            interval=sync_interval,
-            pause=self._pause,
-            what="fair-share",
-            down="fair-share counters kept locally: Redis unreachable",
-            back="fair-share counters shared through Redis again",
-            min_gap=min(BUSY_MIN_GAP, sync_interval),
-        )
+        super().__init__(link, interval=sync_interval, min_gap=min(BUSY_MIN_GAP, sync_interval))
         self.sync_interval = sync_interval
         self.busy_interval = min(DEFAULT_BUSY_INTERVAL, sync_interval)
         self.idle_interval = max(sync_interval, idle_interval)

@@ -64,7 +64,7 @@ from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import Standing
 from mindrouter.stores.ports import Gate
 from mindrouter.stores.redis_client import text_of
-from mindrouter.stores.shared import RedisLink, SharedStore
+from mindrouter.stores.shared import RedisLink, SharedStore, StoreWords
 from mindrouter.stores.slots import lua
 from mindrouter.stores.slots.division import best_by_model, order, part, turns
 
@@ -85,6 +85,7 @@ class SharedSlots(SharedStore):
     """The slot board of `backends`, kept in step with every other process through Redis."""
 
     shared = True
+    words = StoreWords("slots:", "slot board", "backend slots", "counted per process")
 
     def __init__(
         self,
@@ -101,16 +102,7 @@ class SharedSlots(SharedStore):
         knobs = (interval, busy_interval, idle_interval, defer_limit, ttl)
         if not all(k > 0 for k in knobs) or min_gap < 0:
             raise ValueError("the slot board's intervals and limits must be positive")
-        super().__init__(
-            link,
-            "slots:",
-            interval=interval,
-            pause=self._pause,
-            what="slot board",
-            down="backend slots counted per process: Redis unreachable",
-            back="backend slots shared through Redis again",
-            min_gap=min_gap,
-        )
+        super().__init__(link, interval=interval, min_gap=min_gap)
         self._backends = list(backends)
         self.busy_interval = busy_interval
         # Never so long that this process's entry on the board expires between two exchanges.

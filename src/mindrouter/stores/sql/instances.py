@@ -87,22 +87,16 @@ class SqlInstances:
                         id=instance_id, host=host[:200], pid=pid, started_at=now, heartbeat_at=now
                     )
                 )
-            if checkpoints:
-                await conn.execute(
-                    _CHECKPOINT,
-                    [
-                        {
-                            "b_uuid": c.uuid,
-                            "b_instance": instance_id,
-                            "b_input": c.input_tokens,
-                            "b_output": c.output_tokens,
-                        }
-                        for c in checkpoints
-                    ],
-                )
+            await _checkpoint(conn, instance_id, checkpoints)
             if stale_s is None:
                 return []
             return await _stale(conn, now, stale_s)
+
+    async def checkpoint(self, instance_id: str, checkpoints: Sequence[Checkpoint]) -> None:
+        """The tokens so far of `instance_id`'s requests in flight, into their pending records
+        (the last ones of a dead process, from its journal)."""
+        async with self.engine.begin() as conn:
+            await _checkpoint(conn, instance_id, checkpoints)
 
     async def retire(self, instance_id: str) -> None:
         """At a clean stop: the heartbeat is backdated, so a record this process could not
@@ -148,3 +142,21 @@ async def _stale(conn: AsyncConnection, now: datetime, stale_s: float) -> list[s
     cutoff = now - timedelta(seconds=stale_s)
     rows = await conn.execute(select(instances.c.id).where(instances.c.heartbeat_at < cutoff))
     return list(rows.scalars().all())
+
+
+async def _checkpoint(
+    conn: AsyncConnection, instance_id: str, checkpoints: Sequence[Checkpoint]
+) -> None:
+    if checkpoints:
+        await conn.execute(
+            _CHECKPOINT,
+            [
+                {
+                    "b_uuid": c.uuid,
+                    "b_instance": instance_id,
+                    "b_input": c.input_tokens,
+                    "b_output": c.output_tokens,
+                }
+                for c in checkpoints
+            ],
+        )
