@@ -22,12 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.gateway.databases import stores_at
-
 from bench.chaos.faults import Schedule
 from bench.chaos.ledger import ledger, pending_count
 from bench.chaos.load import Load
 from bench.chaos.stack import GRACE_S, USERS, Stack
+from bench.harness import stores_at
 
 BUDGET_SLACK = 20  # tokens: the input estimate's error on the last admitted requests
 

@@ -1,7 +1,7 @@
 """The fault schedule of the soak, and the time each recovery took.
 
 One cycle of `cycle` seconds, repeated: a replica SIGKILLed mid-stream (the first found with
-requests in flight, waiting up to 20 s for one; started again 5 s later),
+requests in flight, waiting up to 70 s for one; started again 5 s later),
 Redis killed and started again empty, every PostgreSQL connection of the soak's database
 terminated, a replica taken out of the proxy's rotation and sent SIGTERM a second later (started
 again once it has drained and exited); one backend
@@ -18,9 +18,9 @@ from typing import Any
 
 import redis.asyncio as redis_asyncio
 from sqlalchemy import func, select
-from tests.gateway.databases import stores_at
 
 from bench.chaos.stack import Stack
+from bench.harness import stores_at
 from mindrouter.stores.sql.schema import audit_records, instances
 
 POLL_S = 0.25
@@ -111,19 +111,34 @@ class Schedule:
                 held.add((key.decode(), member.decode()))
         return held
 
+    async def _in_flight(self) -> dict[int, tuple[str, int]]:
+        """pid -> (instance, pending records) of every live gateway process, in one query."""
+        async with stores_at(self.stack.database_url) as stores, stores.engine.connect() as c:
+            pending = (
+                select(audit_records.c.instance_id, func.count().label("n"))
+                .where(audit_records.c.status == "pending")
+                .group_by(audit_records.c.instance_id)
+                .subquery()
+            )
+            rows = await c.execute(
+                select(instances.c.pid, instances.c.id, pending.c.n).outerjoin(
+                    pending, pending.c.instance_id == instances.c.id
+                )
+            )
+            return {row.pid: (row.id, int(row.n or 0)) for row in rows}
+
     async def _busy_replica(self, n: int) -> tuple[Any, str, int] | None:
-        """Mid-stream: the first replica found with requests in flight, asked round after round
-        for up to 20 s (users at their limits leave replicas idle for spells); else the n-th."""
+        """Mid-stream: the first replica found with requests in flight, asked for up to 70 s
+        (users at their `rpm` are admitted in a burst each minute, then refused until the next
+        one, so a replica can be idle for most of a minute); else the n-th."""
         replicas = self.stack.replicas
-        for _ in range(int(20 / POLL_S)):
+        for _ in range(int(70 / POLL_S)):
+            live = await self._in_flight()
             for i in range(len(replicas)):
                 replica = replicas[(n + i) % len(replicas)]
-                if replica.proc is None:
-                    continue  # still restarting from an earlier fault
-                instance = await self._instance_of(replica.proc.pid)
-                pending = await self._pending(instance)
-                if pending:
-                    return replica, instance, pending
+                found = live.get(replica.proc.pid) if replica.proc is not None else None
+                if found is not None and found[1]:
+                    return replica, found[0], found[1]
             await asyncio.sleep(POLL_S)
         replica = replicas[n % len(replicas)]
         if replica.proc is None:

@@ -3,6 +3,7 @@ clients' own log."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from bisect import bisect_left
 from collections import Counter, defaultdict
@@ -11,12 +12,11 @@ from typing import Any
 
 import redis
 from sqlalchemy import select
-from tests.gateway.databases import stores_at
-from tests.stores.conftest import run_in_thread
 
 from bench.chaos.faults import Schedule
 from bench.chaos.load import Sent
 from bench.chaos.stack import USERS, Stack
+from bench.harness import stores_at
 from mindrouter.stores.sql.schema import audit_records, usage, users
 
 # A record's created_at trails its admission by the few milliseconds it takes to build the
@@ -63,12 +63,12 @@ def _max_overlap(spans: list[tuple[float, float]]) -> tuple[int, float]:
 
 
 def pending_count(url: str) -> int:
-    records, _ = run_in_thread(_read(url))
+    records, _ = asyncio.run(_read(url))
     return sum(1 for r in records if r.status == "pending")
 
 
 def ledger(stack: Stack, schedule: Schedule, log: list[Sent], started: float) -> dict[str, Any]:
-    records, usage_rows = run_in_thread(_read(stack.database_url))
+    records, usage_rows = asyncio.run(_read(stack.database_url))
     by_request: dict[str, list[Any]] = defaultdict(list)
     for r in records:
         by_request[r.request_id].append(r)

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from tests.gateway.procs import PATHS, bearer, chat_body
 
-DIALECTS = ("openai", "anthropic", "ollama")
+from bench.harness import DIALECTS, PATHS, bearer, chat_body
 
 
 @dataclass

@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
 import signal
 import sys
 import time
@@ -14,11 +16,9 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy.engine import make_url
-from tests.gateway.own_redis import OwnRedis
-from tests.gateway.procs import MODEL, GatewayProcess, cli, write_config
-from tests.stores.conftest import create_database, drop_database, run_in_thread
 
 from bench.chaos.proxy import RoundRobinProxy
+from bench.harness import MODEL, GatewayProcess, OwnRedis, cli, write_config
 from mindrouter.serving import ThreadServer
 from mindrouter.sim import SimState, build_sim_app
 from mindrouter.sim.config import SimConfig, SimModel
@@ -34,6 +34,34 @@ USERS = {
 LEASE_S = 20.0
 GRACE_S = 10.0
 START_ATTEMPTS = 5
+# The PostgreSQL server the soak makes its own database on (the variable CI sets for the tests).
+POSTGRES = make_url(
+    os.environ.get("MINDROUTER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+)
+
+
+async def _postgres(sql: str, *args: Any) -> list[Any]:
+    """Runs `sql` on the server's `postgres` database (CREATE and DROP DATABASE run outside
+    any database they name)."""
+    conn = await asyncpg.connect(
+        host=POSTGRES.host,
+        port=POSTGRES.port or 5432,
+        user=POSTGRES.username or "postgres",
+        password=POSTGRES.password,
+        database="postgres",
+        timeout=10,
+    )
+    try:
+        return list(await conn.fetch(sql, *args))
+    finally:
+        await conn.close()
+
+
+def _create_database() -> str:
+    name = f"mrchaos_{secrets.token_hex(6)}"
+    asyncio.run(_postgres(f'CREATE DATABASE "{name}"'))
+    url = POSTGRES.set(drivername="postgresql+asyncpg", database=name)
+    return url.render_as_string(hide_password=False)
 
 
 def _sims() -> dict[str, SimConfig]:
@@ -113,7 +141,7 @@ class Stack:
 
     def up(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.database_url = run_in_thread(create_database("postgresql", self.workdir))
+        self.database_url = _create_database()
         self.redis = OwnRedis(self.workdir / "redis").start()
         backends = []
         for name, config in _sims().items():
@@ -174,24 +202,17 @@ class Stack:
         if self.redis is not None:
             self.redis.stop()
         if self.database_url:
-            run_in_thread(drop_database(self.database_url))
+            name = make_url(self.database_url).database
+            asyncio.run(_postgres(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
     def terminate_database_connections(self) -> int:
         """pg_terminate_backend on every connection to the soak's database (none other)."""
 
-        async def run() -> int:
-            url = make_url(self.database_url)
-            conn = await asyncpg.connect(
-                host=url.host, port=url.port, user=url.username, database="postgres"
+        rows = asyncio.run(
+            _postgres(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = $1 AND pid <> pg_backend_pid()",
+                make_url(self.database_url).database,
             )
-            try:
-                rows = await conn.fetch(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = $1 AND pid <> pg_backend_pid()",
-                    url.database,
-                )
-            finally:
-                await conn.close()
-            return sum(1 for r in rows if r[0])
-
-        return asyncio.run(run())
+        )
+        return sum(1 for r in rows if r[0])

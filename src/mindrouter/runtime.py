@@ -79,8 +79,8 @@ async def shutdown(rt: Runtime) -> None:
         wait_for_closing,
         rt.leases.stop,
         # Every outcome written before the heartbeat is given up: what is still pending then
-        # is swept at once by another process.
-        rt.stores.audit.flush,
+        # is swept at once by another process. A database out of reach is not waited for.
+        rt.stores.audit.flush_final,
         rt.recovery.stop,
         *[store.stop for store in rt.sharing.exchanges],
         rt.limits.close,

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import redis
+from bench.harness import stores_at as stores_at  # shared with the benchmarks
 
-from mindrouter.stores.sql import SqlStores, open_stores
 from mindrouter.stores.sql.engine import create_engine
 from mindrouter.stores.sql.migrate import upgrade
-from tests.stores.conftest import FAST_HASHER, create_database, drop_database, run_in_thread
+from tests.stores.conftest import create_database, drop_database, run_in_thread
 
 REDIS_URL = os.environ.get("MINDROUTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -43,17 +43,6 @@ def fresh_database(engine: str, tmp: Path, *, migrated: bool = True) -> Iterator
         yield url
     finally:
         run_in_thread(drop_database(url))
-
-
-@asynccontextmanager
-async def stores_at(url: str) -> AsyncIterator[SqlStores]:
-    """Stores on the caller's event loop, closed on the way out. Keys made through them use
-    cheap Argon2 parameters; the gateway reads the parameters from the hash, so they verify."""
-    stores = open_stores(url, hasher=FAST_HASHER)
-    try:
-        yield stores
-    finally:
-        await stores.aclose()
 
 
 class RedisNamespace:

@@ -1,29 +1,24 @@
 """Servers for the identity, audit and limit tests.
 
-- `GatewayProcess`: `mindrouter serve --config FILE --port 0` as a real process, as deployed;
-  `cli(...)` runs the administration commands the same way.
+- `GatewayProcess` (`mindrouter serve` as a real process), `cli(...)`, `write_config` and the
+  requests in each dialect (`PATHS`, `chat_body`, `bearer`) come from `bench/harness.py`, which
+  the benchmarks share, and are re-exported here.
+- `gateway_processes`: several gateway processes on one config, stopped however the test ends.
 - `Rig`: one simulated vLLM engine (optionally wrapped in a test's ASGI middleware) and one
   gateway, both in this process on their own threads, over a database URL the test chooses.
 - `EngineGate`: middleware that holds generation requests at the engine's door, so a test
   decides when admitted requests may finish instead of racing a timer.
-- Requests in each dialect: `PATHS`, `chat_body`, `text_of_chunk`.
+- `text_of_chunk`: the generated text of one line of a dialect's stream.
 
 Every gateway here serves a single model, `chat`, from one backend, so a test knows which
-simulator saw each request. Processes are always stopped: SIGTERM, then SIGKILL if they linger.
+simulator saw each request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,7 +26,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
+from bench.harness import (
+    CLI,
+    DIALECTS,
+    MODEL,
+    PATHS,
+    START_TIMEOUT,
+    STOP_TIMEOUT,
+    GatewayProcess,
+    bearer,
+    chat_body,
+    child_env,
+    cli,
+    write_config,
+)
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,12 +49,30 @@ from mindrouter.settings import Settings, settings_from_dict
 from mindrouter.sim import SimState, build_sim_app
 from mindrouter.sim.config import SimConfig, SimModel
 
-MODEL = "chat"
-CLI = [sys.executable, "-m", "mindrouter.cli"]
-# Importing the app takes several seconds on a small machine; two at once take longer.
-START_TIMEOUT = 90.0
-STOP_TIMEOUT = 10.0
-_LISTENING = re.compile(r"MindRouter listening on (http://\S+)")
+__all__ = [
+    "CLI",
+    "DIALECTS",
+    "MODEL",
+    "PATHS",
+    "START_TIMEOUT",
+    "STOP_TIMEOUT",
+    "EngineGate",
+    "GatewayProcess",
+    "Rig",
+    "bearer",
+    "chat_body",
+    "child_env",
+    "cli",
+    "created_key",
+    "gateway_config",
+    "gateway_processes",
+    "hold_stream",
+    "http",
+    "sim_app",
+    "start_rig",
+    "text_of_chunk",
+    "write_config",
+]
 
 # One client for the tests' own plain HTTP calls: making a client per call costs tens of
 # milliseconds (TLS set-up included), which polling loops would pay many times over.
@@ -74,112 +100,11 @@ def gateway_config(
     }
 
 
-def write_config(path: Path, config: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def _child_env() -> dict[str, str]:
-    # The config file alone decides where a child connects.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MINDROUTER_")}
-    env["PYTHONUNBUFFERED"] = "1"
-    # A child's start is mostly imports; compiled once into a cache outside the tree, the later
-    # children (and runs) skip compiling them again even where the environment turns caching off.
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = str(Path(tempfile.gettempdir()) / "mindrouter-test-pycache")
-    return env
-
-
-def cli(*args: str, timeout: float = 120.0) -> str:
-    """Runs `mindrouter ARGS...`; its standard output, or a failure showing what it said."""
-    done = subprocess.run(
-        [*CLI, *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_child_env(),
-    )
-    if done.returncode != 0:
-        raise AssertionError(
-            f"mindrouter {' '.join(args[:2])} exited {done.returncode}:\n{done.stderr}{done.stdout}"
-        )
-    return done.stdout
-
-
 def created_key(stdout: str) -> str:
     """The key printed by `mindrouter keys create` (its last line)."""
     key = stdout.strip().splitlines()[-1].strip()
     assert key.startswith("mr2_"), stdout
     return key
-
-
-class GatewayProcess:
-    """`mindrouter serve` in a child process; its output goes to `log_path`."""
-
-    def __init__(self, config: Path, log_path: Path) -> None:
-        self.config = config
-        self.log_path = log_path
-        self.url = ""
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> GatewayProcess:
-        with self.log_path.open("wb") as log:
-            self._proc = subprocess.Popen(
-                [*CLI, "serve", "--config", str(self.config), "--port", "0"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=_child_env(),
-                start_new_session=True,
-            )
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self._proc is not None
-        return self._proc.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
-        """Until the process has printed its address and answers /healthz."""
-        assert self._proc is not None
-        deadline = time.monotonic() + timeout
-        while not self.url:
-            found = _LISTENING.search(self.log())
-            if found:
-                self.url = found.group(1)
-                break
-            self._check_alive(deadline)
-            time.sleep(0.05)
-        while True:
-            try:
-                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            self._check_alive(deadline)
-            time.sleep(0.05)
-
-    def _check_alive(self, deadline: float) -> None:
-        assert self._proc is not None
-        if self._proc.poll() is not None:
-            raise AssertionError(f"gateway exited {self._proc.returncode}:\n{self.log()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gateway not ready in time:\n{self.log()}")
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(STOP_TIMEOUT)
 
 
 @contextmanager
@@ -276,28 +201,6 @@ def start_rig(
 
 
 # -- requests in each dialect ------------------------------------------------------------------
-
-DIALECTS = ("openai", "anthropic", "ollama")
-PATHS = {
-    "openai": "/v1/chat/completions",
-    "anthropic": "/anthropic/v1/messages",
-    "ollama": "/api/chat",
-}
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
-def chat_body(
-    dialect: str, *, stream: bool, max_tokens: int = 8, text: str = "hi"
-) -> dict[str, Any]:
-    """A chat request for `chat` in the dialect's own shape, capped at `max_tokens`."""
-    messages = [{"role": "user", "content": text}]
-    if dialect == "ollama":
-        options = {"num_predict": max_tokens}
-        return {"model": MODEL, "messages": messages, "stream": stream, "options": options}
-    return {"model": MODEL, "messages": messages, "stream": stream, "max_tokens": max_tokens}
 
 
 def text_of_chunk(dialect: str, line: str) -> str | None:

@@ -248,8 +248,12 @@ def proxied_database(tmp_path: Path) -> Iterator[tuple[str, TcpProxy]]:
 
 
 def test_readyz_follows_the_database(
-    cluster_factory: Callable[..., Cluster], proxied_database: tuple[str, TcpProxy]
+    proxied_database: tuple[str, TcpProxy], cluster_factory: Callable[..., Cluster]
 ) -> None:
+    # The database first: fixtures are torn down in the reverse order, so the gateway stops
+    # while its database is still there. The other way round, the proxy was cut and the
+    # database dropped under a running gateway, whose shutdown then waited on the audit
+    # outcomes it could no longer write, outliving the test (and the run) on its thread.
     url, proxy = proxied_database
     c = cluster_factory([backend("one", vllm_sim())], database_url=url)
     r = HTTP.get(c.url + "/readyz")

@@ -6,7 +6,8 @@
 - A Redis restarted empty (its own redis-server here, on another port) no longer holds the
   `seeded` marker of any user: the next admission reloads the user's usage from the database
   before deciding, so a user at their budget stays refused (and the last minute of admissions
-  is restored from the audit trail).
+  is restored from the audit trail). The usage views reload it the same way: they show the
+  durable figure at once, never the zeros of counters that started again.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from bench.harness import OwnRedis
 from sqlalchemy import select
 
 from mindrouter.serving import ThreadServer
 from mindrouter.stores.sql.schema import audit_records
 from tests.gateway.databases import fresh_database, stores_at
-from tests.gateway.own_redis import OwnRedis
 from tests.gateway.procs import (
     GatewayProcess,
     bearer,
@@ -61,11 +62,24 @@ async def _charged(url: str, user_id: int) -> tuple[int, int]:
     return lifetime, sum((r.input_tokens or 0) + (r.output_tokens or 0) for r in rows)
 
 
-def _usage(url: str, key: str) -> dict[str, Any]:
-    answer = http.get(url + "/v1/usage", headers=bearer(key))
+def _usage(url: str, key: str, path: str = "/v1/usage") -> dict[str, Any]:
+    answer = http.get(url + path, headers=bearer(key))
     assert answer.status_code == 200, answer.text
     body: dict[str, Any] = answer.json()
     return body
+
+
+def _usage_after_loss(url: str, key: str, path: str) -> dict[str, Any]:
+    """The usage view once Redis answers again (the first calls may meet dropped connections:
+    503, the store being retried a second after a failure)."""
+    for _ in range(100):  # bounded
+        answer = http.get(url + path, headers=bearer(key))
+        assert answer.status_code in (200, 503), answer.text
+        if answer.status_code == 200:
+            body: dict[str, Any] = answer.json()
+            return body
+        time.sleep(0.1)
+    raise AssertionError(f"{path} never answered after Redis came back")
 
 
 def test_a_killed_gateway_without_redis_has_charged_what_it_served(tmp_path: Path) -> None:
@@ -162,6 +176,55 @@ def test_redis_restarted_empty_reloads_the_budget_from_the_database(tmp_path: Pa
                 assert _usage(rig.url, key)["period_tokens"] == used
                 lifetime, recorded = run_in_thread(_charged(url, user_id))
                 assert lifetime == recorded == used
+            finally:
+                rig.close()
+    finally:
+        own.stop()
+
+
+async def _keys(url: str) -> tuple[str, str]:
+    async with stores_at(url) as stores:
+        user = (await stores.keys.create_key("u")).key
+        return user, (await stores.keys.create_key("ops", admin=True)).key
+
+
+def test_usage_views_reload_what_redis_lost_before_any_admission(tmp_path: Path) -> None:
+    """Redis restarted empty, then flushed: `/v1/usage` and `/admin/usage/{user}`, asked before
+    the user sends anything, show the usage the database holds (and the budget left), not 0."""
+    own = OwnRedis(tmp_path / "redis").start()
+    try:
+        with fresh_database("postgresql", tmp_path) as url:
+            rig = start_rig(
+                url,
+                groups=[{"name": "g", "token_budget": BUDGET}],
+                users=[{"name": "u", "group": "g"}, {"name": "ops", "group": "g"}],
+                redis_url=own.url,
+            )
+            try:
+                key, admin = run_in_thread(_keys(url))
+                body = chat_body("openai", stream=False, max_tokens=20)
+                for _ in range(3):
+                    answer = http.post(
+                        rig.url + "/v1/chat/completions", json=body, headers=bearer(key)
+                    )
+                    assert answer.status_code == 200, answer.text
+                before = _usage(rig.url, key)
+                assert 0 < before["period_tokens"] < BUDGET
+                reloads = rig.app.state.runtime.usage.reloads
+
+                own.restart_empty()
+                own_view = _usage_after_loss(rig.url, key, "/v1/usage")
+
+                client = redis.Redis.from_url(own.url)
+                client.flushall()  # this test's own server: the "flushed" case
+                client.close()
+                admin_view = _usage_after_loss(rig.url, admin, "/admin/usage/u")
+
+                for view in (own_view, admin_view):
+                    assert view["period_tokens"] == before["period_tokens"], view
+                    assert view["lifetime_tokens"] == before["lifetime_tokens"], view
+                    assert view["remaining_tokens"] == before["remaining_tokens"], view
+                assert rig.app.state.runtime.usage.reloads == reloads + 2
             finally:
                 rig.close()
     finally:

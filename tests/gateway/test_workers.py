@@ -43,8 +43,8 @@ from tests.gateway.procs import (
     MODEL,
     START_TIMEOUT,
     EngineGate,
-    _child_env,
     bearer,
+    child_env,
     cli,
     gateway_config,
     sim_app,
@@ -119,7 +119,7 @@ def _start(config: Path, log_path: Path) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=_child_env(),
+            env=child_env(),
             start_new_session=True,
         )
 
@@ -298,7 +298,7 @@ def test_several_workers_without_redis_are_refused(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
-        env=_child_env(),
+        env=child_env(),
         check=False,
     )
     assert done.returncode == 2, done.stdout + done.stderr

@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 import asyncmy
 import asyncpg
 import pytest
+from bench.harness import FAST_HASHER
 from sqlalchemy.engine import make_url
 
-from mindrouter.identity.keys import KeyHasher
 from mindrouter.stores.sql import SqlStores, open_stores
 from mindrouter.stores.sql.engine import create_engine
 from mindrouter.stores.sql.migrate import upgrade
@@ -35,9 +35,6 @@ POSTGRES = make_url(
     os.environ.get("MINDROUTER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
 )
 MARIADB = make_url(os.environ.get("MINDROUTER_TEST_MARIADB", "mysql://root@127.0.0.1:3306"))
-
-# Cheap Argon2 so that tests creating many keys stay fast; production keeps the defaults.
-FAST_HASHER = KeyHasher(time_cost=1, memory_cost=8, parallelism=1)
 
 
 T = TypeVar("T")

@@ -235,6 +235,34 @@ async def test_an_unreachable_database_fails_the_batch_once() -> None:
     assert writer.attempts == 1, "a connection failure is not retried row by row"
 
 
+class CountingUpdates(AuditWriter):
+    attempts = 0
+
+    async def _update(self, batch: list[dict[str, object]]) -> None:
+        self.attempts += 1
+        await super()._update(batch)
+
+
+async def test_outcomes_wait_for_an_unreachable_database_except_at_shutdown() -> None:
+    """A flush waits for the database to come back (the outcomes carry the usage charge); the
+    flush of a stopping process gives them up after a few tries, so the process does stop."""
+    from mindrouter.stores.sql.audit_writer import COMPLETE_RETRIES
+    from mindrouter.stores.sql.engine import create_engine
+
+    engine = create_engine("postgresql+asyncpg://postgres@127.0.0.1:1/none")
+    writer = CountingUpdates(engine)
+    try:
+        writer.complete(unique("r"), AuditOutcome(status="ok", input_tokens=1, output_tokens=1))
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(writer.flush(), 1.0)
+        assert writer.attempts >= 1
+        await writer.flush_final()  # returns: a hang here is the test's timeout
+    finally:
+        await engine.dispose()
+    assert writer.attempts >= COMPLETE_RETRIES
+    assert writer._completions == []
+
+
 @pytest.mark.parametrize("engine", ["postgresql", "mariadb"])
 async def test_a_dropped_database_connection_costs_no_audit_record(
     engine: str, session_databases: SessionDatabases

@@ -40,6 +40,11 @@ async def settle(s: Services, ticket: Ticket, used: int) -> None:
 
 
 async def usage_of(s: Services, user_id: int, limits: Limits) -> UsageSnapshot:
-    """A user's counters as the limit store sees them (loaded from the database first)."""
+    """A user's counters as the limit store sees them (loaded from the database first, and
+    again when the store lost them: a usage view never shows counters started from zero)."""
     await s.usage.ensure_seeded(user_id)
-    return await s.limits.snapshot(limit_key(user_id), limits, s.wall())
+    try:
+        return await s.limits.snapshot(limit_key(user_id), limits, s.wall())
+    except UsageNotLoaded:
+        await s.usage.reload(user_id)
+        return await s.limits.snapshot(limit_key(user_id), limits, s.wall())

@@ -24,6 +24,7 @@ from mindrouter.stores.limits import (
     RedisLimitStore,
     Ticket,
     UsageNotLoaded,
+    UsageSnapshot,
 )
 
 REDIS_URL = os.environ.get("MINDROUTER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -39,6 +40,13 @@ class LoadingRedisStore(RedisLimitStore):
         except UsageNotLoaded:
             await self.seed(user, None, 0, 0)
             return await super().admit(user, limits, estimate_tokens, now)
+
+    async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
+        try:
+            return await super().snapshot(user, limits, now)
+        except UsageNotLoaded:
+            await self.seed(user, None, 0, 0)
+            return await super().snapshot(user, limits, now)
 
 
 class RedisServer:

@@ -22,6 +22,7 @@ from mindrouter.stores.limits import (
     MemoryLimitStore,
     RedisLimitStore,
     Ticket,
+    UsageNotLoaded,
 )
 from mindrouter.stores.limits.lua import ADMIT
 from mindrouter.stores.limits.redis_store import _Script
@@ -153,3 +154,30 @@ async def test_a_settled_lease_is_not_renewed_back(redis_server: RedisServer) ->
     await store.settle(ticket, 10, T0 + 1)
     await store.renew([ticket], T0 + 2)  # a renewal that raced the settle
     assert (await store.snapshot("ana", limits, T0 + 3)).in_flight == 0
+
+
+async def test_a_snapshot_of_usage_the_server_lost_asks_for_a_reload(
+    redis_server: RedisServer,
+) -> None:
+    """No zeros for a user whose usage Redis lost: the snapshot raises UsageNotLoaded, as admission
+    does, until the usage is loaded again; even when a request settled in the meantime (its
+    charge alone is in the server, not the user's usage)."""
+    store = RedisLimitStore(redis_server.client(), redis_server.prefix)
+    limits = Limits(token_budget=1000)
+    await store.seed("eve", T0, 300, 900, Activity(T0))
+    ticket = await store.admit("eve", limits, 10, T0 + 1)
+    snapshot = await store.snapshot("eve", limits, T0 + 2)
+    assert (snapshot.period_tokens, snapshot.reserved_tokens, snapshot.in_flight) == (300, 10, 1)
+
+    await redis_server.clients[0].delete(*await redis_server.keys())  # the data is gone
+    with pytest.raises(UsageNotLoaded):
+        await store.snapshot("eve", limits, T0 + 3)
+    await store.settle(ticket, 8, T0 + 4)
+    with pytest.raises(UsageNotLoaded):
+        await store.snapshot("eve", limits, T0 + 5)
+
+    await store.seed("eve", T0, 308, 908, Activity(T0 + 6))  # what the database holds
+    snapshot = await store.snapshot("eve", limits, T0 + 7)
+    assert (snapshot.period_tokens, snapshot.lifetime_tokens) == (308, 908)
+    # What the database sync reads (as of each user's last change) is not asked for a reload.
+    assert [s.user for s in await store.dirty()] == ["eve"]

@@ -18,7 +18,8 @@ Numbers go back to Python as strings: Lua numbers returned raw would be truncate
 `seeded` is set when a process loads the user's usage from the database (SEED). A server that
 lost its data (restarted empty, flushed, failed over without it) has no `seeded` for anyone:
 ADMIT then answers {2} and admits nothing until the caller has loaded the user's usage again,
-so a budget is never checked against counters that started again from zero.
+so a budget is never checked against counters that started again from zero; SNAPSHOT answers
+{2} too, so no usage view shows those counters either.
 """
 
 from __future__ import annotations
@@ -151,10 +152,13 @@ return 1
 # Read-only. KEYS: usage, window, leases, lease_tokens
 # ARGV: now, period_seconds, window_seconds; now and period may be empty strings, meaning
 # "as of the user's last change, no rollover" (what dirty() reports).
-# Returns {} for an unknown user, else {start, used, reserved, lifetime, in_flight, recent, as_of}.
+# Returns {2} for a read as of `now` when the user's usage has not been loaded into this server
+# (as ADMIT does: zeros there would be counters that started again, not the user's usage), {}
+# for an unknown user, else {start, used, reserved, lifetime, in_flight, recent, as_of}.
 SNAPSHOT = (
     _COMMON
     + """
+if ARGV[1] ~= '' and redis.call('HEXISTS', KEYS[1], 'seeded') == 0 then return {2} end
 local state = redis.call('HMGET', KEYS[1], 'start', 'used', 'lifetime', 'at')
 local now = tonumber(ARGV[1]) or tonumber(state[4])
 if not now then return {} end

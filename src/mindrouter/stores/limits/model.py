@@ -110,7 +110,10 @@ class LimitStore(Protocol):
         flight), in place of one it restored from `activity` when it reloaded the user."""
         ...
 
-    async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot: ...
+    async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
+        """The user's counters as of `now`; raises UsageNotLoaded, as admit() does, when a store
+        that can lose its data does not hold the user's usage (load it with seed() first)."""
+        ...
 
     async def seed(
         self,

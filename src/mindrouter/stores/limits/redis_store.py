@@ -226,6 +226,8 @@ class RedisLimitStore:
         args = [_num(now), _num(limits.period_seconds), _num(WINDOW_SECONDS)]
         async with _unavailable_on_redis_errors(self._client):
             reply = await self._snapshot.run(self._client, self._user_keys(user), args)
+        if len(reply) == 1:
+            raise UsageNotLoaded("this user's usage is being reloaded after Redis lost it; retry")
         return _parse_snapshot(user, reply) or UsageSnapshot(user, now, 0, 0, 0, 0, 0, as_of=now)
 
     async def seed(

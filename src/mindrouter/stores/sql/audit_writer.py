@@ -14,7 +14,8 @@ as its record is closed, and a record a sweeper closed first is neither overwrit
 again. Nobody waits for a completion, so they are gathered for up to
 `complete_delay` (50 ms) after the oldest was queued, or until `max_batch` are queued, and go as
 one transaction; a begin never waits for that pause. `flush()` and `close()` write everything
-queued at once.
+queued at once; `flush_final()`, at shutdown, does too without waiting for a database that is
+out of reach.
 
 A connection the database dropped (a restart, an idle timeout) fails the first statement sent
 on it; the batch is then tried once more on a fresh connection, so the pool needs no ping
@@ -146,6 +147,7 @@ class AuditWriter:
         self._urgent = False  # flush() or close() is waiting: no pause for completions
         self._drain: asyncio.Task[None] | None = None
         self._closed = False
+        self._stopping = False  # flush_final(): the process stops, no waiting for the database
 
     async def begin(self, record: AuditStart) -> None:
         """Returns once the record is committed; raises InternalError if it could not be."""
@@ -174,6 +176,14 @@ class AuditWriter:
                 await asyncio.shield(self._drain)
         finally:
             self._urgent = False
+
+    async def flush_final(self) -> None:
+        """flush() as the process stops: outcomes the database cannot take now are given up
+        after a few tries, as at close(), instead of waiting for it to come back (which would
+        keep the process from ever stopping); their records stay `pending` for a sweeper.
+        Begins are still taken, for requests still running."""
+        self._stopping = True
+        await self.flush()
 
     async def close(self) -> None:
         self._closed = True
@@ -304,10 +314,10 @@ class AuditWriter:
                 return
             self._complete_failures += 1
             # While the database is out of reach the outcomes wait (they carry the usage
-            # charge); at close, or for a batch the database itself refuses, they are given
-            # up after a few tries: the records stay `pending`, and once this process's
-            # heartbeat lapses a sweeper closes them with their last checkpoint.
-            waiting = _unreachable(exc) and not self._closed
+            # charge); at close or shutdown, or for a batch the database itself refuses, they
+            # are given up after a few tries: the records stay `pending`, and once this
+            # process's heartbeat lapses a sweeper closes them with their last checkpoint.
+            waiting = _unreachable(exc) and not (self._closed or self._stopping)
             if self._complete_failures >= COMPLETE_RETRIES and not waiting:
                 log.error("audit outcomes dropped", error=str(exc), records=len(batch))
                 self._complete_failures = 0
