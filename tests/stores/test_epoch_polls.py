@@ -9,22 +9,12 @@ import pytest
 from mindrouter.stores.sql import SqlStores, open_stores
 from mindrouter.stores.sql.epoch import bump_catalog_epoch, bump_epoch
 
-from .conftest import FAST_HASHER, SessionDatabases
+from .conftest import FAST_HASHER, SessionDatabases, drop_other_connections
 
 
 async def _drop_the_other_connections(url: str, stores: SqlStores) -> None:
     async with stores.engine.connect() as conn:
-        if url.startswith("postgresql"):
-            victims = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            victims += " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            await conn.exec_driver_sql(victims)
-        else:
-            rows = await conn.exec_driver_sql(
-                "SELECT id FROM information_schema.processlist"
-                " WHERE db = DATABASE() AND id <> CONNECTION_ID()"
-            )
-            for (pid,) in rows.all():
-                await conn.exec_driver_sql(f"KILL {int(pid)}")
+        await drop_other_connections(url, conn)
 
 
 @pytest.mark.parametrize("engine", ["postgresql", "mariadb"])
