@@ -98,6 +98,15 @@ def ledger(stack: Stack, schedule: Schedule, log: list[Sent], started: float) ->
     )
     output = sum(r.output_tokens or 0 for r in records)
     interrupted = [r for r in records if r.status == "interrupted"]
+    # A stream cut by a kill: each piece of text that reached its client was relayed by the
+    # replica, so it must be charged. What the engine had sent beyond it can be in a socket at
+    # the kill, read by nobody: the engine's count alone knows it.
+    sent_by_id = {s.request_id: s for s in log if s.request_id}
+    delivered_not_charged = sum(
+        max(0, sent_by_id[r.request_id].chunks - (r.output_tokens or 0))
+        for r in interrupted
+        if r.request_id in sent_by_id
+    )
 
     # Limits, from the records: admissions per sliding minute, requests in flight at once (a
     # record of a killed replica ends at the kill), budget.
@@ -194,6 +203,7 @@ def ledger(stack: Stack, schedule: Schedule, log: list[Sent], started: float) ->
         "recorded_output_tokens": output,
         "interrupted_records": len(interrupted),
         "interrupted_output_tokens": sum(r.output_tokens or 0 for r in interrupted),
+        "delivered_not_charged": delivered_not_charged,
         "limits": excess,
         "leases_held_after": leaked_leases,
         "reserved_after": reserved,

@@ -29,6 +29,32 @@ class Sent:
     inband_error: str | None = None
     transport_error: str | None = None
     body: str = ""  # the start of an error answer
+    chunks: int = 0  # the pieces of output text of a stream that reached the client
+
+
+def _text_chunks(dialect: str, lines: list[str]) -> int:
+    """How many pieces of output text the stream's lines carried (one per engine token here)."""
+    n = 0
+    for line in lines:
+        if dialect == "ollama":
+            data = line
+        elif line.startswith("data: "):
+            data = line[6:]
+        else:
+            continue  # event names, blank lines
+        if not data or data == "[DONE]":
+            continue
+        try:
+            item = json.loads(data)
+        except ValueError:
+            continue  # the line the connection broke in
+        if dialect == "ollama":
+            n += bool((item.get("message") or {}).get("content"))
+        elif dialect == "openai":
+            n += sum(bool((c.get("delta") or {}).get("content")) for c in item.get("choices", []))
+        else:
+            n += item.get("type") == "content_block_delta"
+    return n
 
 
 def _ended(dialect: str, lines: list[str]) -> tuple[bool, str | None]:
@@ -101,7 +127,12 @@ class Load:
                 if response.status_code != 200:
                     sent.body = (await response.aread()).decode(errors="replace")[:300]
                 elif sent.stream:
-                    lines = [line async for line in response.aiter_lines()]
+                    lines: list[str] = []
+                    try:
+                        async for line in response.aiter_lines():
+                            lines.append(line)
+                    finally:  # also what came before the connection broke
+                        sent.chunks = _text_chunks(sent.dialect, lines)
                     sent.complete, sent.inband_error = _ended(sent.dialect, lines)
                 else:
                     json.loads(await response.aread())

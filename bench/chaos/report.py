@@ -20,10 +20,11 @@ def _figures(values: list[float | None]) -> str:
 def render(results: list[dict[str, Any]]) -> str:
     out = [
         "| seed | load (s) | requests | 200 | 429 | accepted w/o record | duplicates | pending "
-        "| usage − records | generated − recorded output | interrupted | limit excess "
+        "| usage − records | delivered, not charged | generated − recorded output "
+        "| interrupted | limit excess "
         "| leases / reserved left | 5xx on killed replica | 5xx in Redis outage | 5xx other "
         "| violations |",
-        "|" + "---|" * 17,
+        "|" + "---|" * 18,
     ]
     for r in results:
         excess = sum(
@@ -37,7 +38,7 @@ def render(results: list[dict[str, Any]]) -> str:
             f"| {r['seed']} | {r['load_seconds']:.0f} | {r['requests']} "
             f"| {r['statuses'].get('200', 0)} | {r['statuses'].get('429', 0)} "
             f"| {r['accepted_without_record']} | {r['accepted_with_duplicate_records']} "
-            f"| {r['pending_records']} | {usage_diff} "
+            f"| {r['pending_records']} | {usage_diff} | {r.get('delivered_not_charged', '–')} "
             f"| {r['generated_output_tokens'] - r['recorded_output_tokens']} "
             f"| {r['interrupted_records']} | {excess} "
             f"| {r['leases_held_after']} / {r['reserved_after']} "

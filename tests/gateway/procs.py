@@ -219,14 +219,20 @@ def text_of_chunk(dialect: str, line: str) -> str | None:
     return None
 
 
-def hold_stream(url: str, key: str) -> None:
-    """A long stream read to its end, or until its gateway is killed (expected here)."""
+def hold_stream(url: str, key: str, received: list[int] | None = None) -> None:
+    """A long stream read to its end, or until its gateway is killed (expected here); appends
+    to `received` how many pieces of text reached it."""
     body = chat_body("openai", stream=True, max_tokens=5000)
+    pieces = 0
     try:
         with httpx.stream(
             "POST", url + "/v1/chat/completions", json=body, headers=bearer(key), timeout=120
         ) as response:
-            for _ in response.iter_lines():
-                pass
+            for line in response.iter_lines():
+                if line.startswith("data: {"):
+                    choices = json.loads(line[6:]).get("choices") or [{}]
+                    pieces += bool(choices[0].get("delta", {}).get("content"))
     except httpx.HTTPError:
         pass
+    if received is not None:
+        received.append(pieces)

@@ -48,6 +48,7 @@ from mindrouter.settings import Settings, settings_from_dict
 from mindrouter.sim import SimState, build_sim_app
 from mindrouter.sim.config import SimConfig, SimModel
 from tests.gateway.stack import prepare_database, sqlite_url
+from tests.pipeline.harness import error_message
 
 MODEL = "m"
 USER = [{"role": "user", "content": "hello there"}]
@@ -264,18 +265,7 @@ def post(c: Cluster, dialect: str, stream: bool = False, **extra: Any) -> httpx.
 
 def check_error_shape(dialect: str, r: httpx.Response) -> str:
     """The error message of a failed response, after checking the dialect's body shape."""
-    body = r.json()
-    if dialect == "openai":
-        assert set(body["error"]) >= {"message", "type", "param", "code"}, body
-        message: str = body["error"]["message"]
-    elif dialect == "anthropic":
-        assert body["type"] == "error" and body["request_id"], body
-        message = body["error"]["message"]
-    else:
-        assert list(body) == ["error"] and isinstance(body["error"], str), body
-        message = body["error"]
-    assert message
-    return message
+    return error_message(dialect, r.content)
 
 
 def ask_with_sdk(c: Cluster, variant: int) -> str:

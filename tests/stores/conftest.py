@@ -25,6 +25,7 @@ import asyncpg
 import pytest
 from bench.harness import FAST_HASHER
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mindrouter.stores.sql import SqlStores, open_stores
 from mindrouter.stores.sql.engine import create_engine
@@ -194,3 +195,19 @@ async def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         yield url
     finally:
         await drop_database(url)
+
+
+async def drop_other_connections(url: str, conn: AsyncConnection) -> None:
+    """Ends every other session on `url`'s database (PostgreSQL or MariaDB), as a server
+    restart or a network cut would."""
+    if url.startswith("postgresql"):
+        victims = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        victims += " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        await conn.exec_driver_sql(victims)
+    else:
+        rows = await conn.exec_driver_sql(
+            "SELECT id FROM information_schema.processlist"
+            " WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+        )
+        for (pid,) in rows.all():
+            await conn.exec_driver_sql(f"KILL {int(pid)}")

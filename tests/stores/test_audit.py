@@ -13,7 +13,7 @@ from mindrouter.stores.audit_records import AuditFilter, AuditOutcome, AuditStar
 from mindrouter.stores.sql import SqlStores, open_stores
 from mindrouter.stores.sql.audit_writer import AuditWriter
 
-from .conftest import FAST_HASHER, SessionDatabases, unique
+from .conftest import FAST_HASHER, SessionDatabases, drop_other_connections, unique
 
 MESSAGES = [
     {"role": "system", "content": "be brief"},
@@ -282,17 +282,7 @@ async def _survives_a_dropped_connection(stores: SqlStores, db_url: str) -> None
     assert stores.audit_engine is not None or stores.audit.pg is not None
     await stores.audit.begin(start(unique("u")))  # a pooled connection now exists
     async with stores.engine.connect() as conn:
-        if db_url.startswith("postgresql"):
-            victims = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            victims += " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            await conn.exec_driver_sql(victims)
-        else:
-            rows = await conn.exec_driver_sql(
-                "SELECT id FROM information_schema.processlist"
-                " WHERE db = DATABASE() AND id <> CONNECTION_ID()"
-            )
-            for (pid,) in rows.all():
-                await conn.exec_driver_sql(f"KILL {int(pid)}")
+        await drop_other_connections(db_url, conn)
     record = start(unique("u"))
     await stores.audit.begin(record)  # raises if the dropped connection failed it
     stores.audit.complete(record.uuid, AuditOutcome(status="ok", input_tokens=1, output_tokens=1))

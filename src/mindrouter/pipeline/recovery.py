@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
@@ -48,13 +48,16 @@ class InstanceLedger(Protocol):
         pid: int,
         now: datetime,
         checkpoints: list[Checkpoint],
-    ) -> None: ...
+        stale_s: float | None = None,
+    ) -> list[str]: ...
 
     async def checkpoint(self, instance_id: str, checkpoints: list[Checkpoint]) -> None: ...
 
     async def retire(self, instance_id: str) -> None: ...
 
-    async def sweep(self, now: datetime, stale_s: float) -> SweepResult: ...
+    async def sweep(
+        self, now: datetime, stale_s: float, dead: Sequence[str] | None = None
+    ) -> SweepResult: ...
 
 
 class Recovery:
@@ -127,14 +130,17 @@ class Recovery:
         return points
 
     async def tick(self) -> int:
-        """One heartbeat with checkpoints, the journals of processes that died here taken in,
-        then one sweep; returns the records swept."""
-        await self._ledger.heartbeat(
-            self.instance_id, self._host, self._pid, self._now(), self.checkpoints()
+        """One heartbeat with checkpoints, which finds the dead processes, the journals of
+        processes that died here taken in, then their sweep; returns the records swept."""
+        now = self._now()
+        dead: list[str] | None = await self._ledger.heartbeat(
+            self.instance_id, self._host, self._pid, now, self.checkpoints(), self.stale_s
         )
-        if self._journal_dir is not None:
-            await self._take_orphans(self._journal_dir)
-        result = await self._ledger.sweep(self._now(), self.stale_s)
+        if self._journal_dir is not None and await self._take_orphans(self._journal_dir):
+            dead = None  # backdated since the heartbeat found the dead: the sweep reads again
+        if dead == []:
+            return 0
+        result = await self._ledger.sweep(now, self.stale_s, dead)
         if result.closed:
             self.swept += result.closed
             log.warning(
@@ -147,9 +153,11 @@ class Recovery:
             await self._count(charge)
         return result.closed
 
-    async def _take_orphans(self, directory: Path) -> None:
+    async def _take_orphans(self, directory: Path) -> int:
         """Each dead process's last counts into its pending records, which are then swept at
-        once (its heartbeat backdated) rather than after `instance_stale_s`."""
+        once (its heartbeat backdated) rather than after `instance_stale_s`; returns how many
+        were taken in."""
+        taken = 0
         for orphan in orphans(directory):
             try:
                 await self._ledger.checkpoint(orphan.instance_id, orphan.points)
@@ -164,6 +172,8 @@ class Recovery:
                 instance=orphan.instance_id,
                 requests=len(orphan.points),
             )
+            taken += 1
+        return taken
 
     async def _count(self, charge: Charge) -> None:
         """The swept tokens, added to the limit counters (no lease of ours to release)."""

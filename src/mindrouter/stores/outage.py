@@ -5,7 +5,7 @@ between."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,10 +38,13 @@ class Outage:
 
 class ExchangeLoop:
     """A store's background exchange with Redis, as a task it starts and stops: calls `sync`
-    every `interval` seconds (asked again after each call when it is a function; `retry_after`
-    after one that failed). `poke`, called when the store has news for the other processes,
-    cuts the pause short, but never below `min_gap`: that bounds the exchanges a busy process
-    makes, however often it has news."""
+    every `interval` seconds (asked again after each call when it is a function, and `math.inf`
+    waits for a poke alone; `retry_after` after one that failed). `poke`, called when the store
+    has news for the other processes, cuts the pause short, but never below `min_gap`: that
+    bounds the exchanges a busy process makes, however often it has news.
+
+    The pause is one future and at most two timers, no task: an idle gateway runs these loops
+    several times a second, and `asyncio.wait_for` would create a task for each pause."""
 
     def __init__(
         self,
@@ -57,17 +60,28 @@ class ExchangeLoop:
         self._retry_after = retry_after
         self._what = what
         self._min_gap = min_gap
-        self._wake = asyncio.Event()
-        self._stopping = asyncio.Event()
+        self._poked = False  # news since the current exchange began
+        self._stopping = False
+        self._waiter: asyncio.Future[None] | None = None  # the pause running now
+        self._earliest = 0.0  # (loop time) a poke ends the pause no sooner than this
+        self._gap: asyncio.TimerHandle | None = None  # a poke waiting for `_earliest`
         self._task: asyncio.Task[None] | None = None
 
     def poke(self) -> None:
-        self._wake.set()
+        self._poked = True
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._gap is not None:
+            return
+        loop = waiter.get_loop()
+        if loop.time() >= self._earliest:
+            waiter.set_result(None)
+        else:
+            self._gap = loop.call_at(self._earliest, _release, waiter)
 
     def start(self) -> None:
         """Starts the exchanges (a first one right away); nothing if they already run."""
         if self._task is None:
-            self._stopping.clear()
+            self._stopping = False
             self._task = asyncio.create_task(self._run(), name=f"{self._what}-sync")
 
     async def stop(self, grace: float) -> None:
@@ -76,15 +90,16 @@ class ExchangeLoop:
         task, self._task = self._task, None
         if task is None:
             return
-        self._stopping.set()
-        self._wake.set()
+        self._stopping = True
+        if self._waiter is not None:
+            _release(self._waiter)
         _, running = await asyncio.wait({task}, timeout=grace)
         if running:
             await stop_task(task)
 
     async def _run(self) -> None:
-        while not self._stopping.is_set():
-            self._wake.clear()
+        while not self._stopping:
+            self._poked = False
             try:
                 ok = await self._sync()
             except Exception as exc:  # a bug must not stop the sharing for good
@@ -92,9 +107,32 @@ class ExchangeLoop:
                 ok = False
             interval = self._interval
             pause = (interval() if callable(interval) else interval) if ok else self._retry_after
-            if self._min_gap > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), self._min_gap)
-                pause -= self._min_gap
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(pause, 0.0))
+            await self._rest(max(pause, 0.0))
+
+    async def _rest(self, pause: float) -> None:
+        """Waits `pause` seconds, or until a poke (made during the exchange too) after
+        `min_gap`."""
+        if self._stopping:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._earliest = now + min(self._min_gap, pause)
+        deadline = self._earliest if self._poked else now + pause
+        if deadline <= now:
+            return
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_at(deadline, _release, waiter) if math.isfinite(deadline) else None
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
+            if self._gap is not None:
+                self._gap.cancel()
+                self._gap = None
+
+
+def _release(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -290,10 +290,15 @@ async def test_an_unreachable_server_from_the_start_costs_nothing_on_the_request
 
 async def test_stop_pushes_what_is_pending(redis_shared: SharedRedis) -> None:
     a = redis_shared.state(sync_interval=3600)  # the background task would not get to it
+    a.get("m", "u")  # used: the pause after the first exchange is the hour, not a quiet one
     await a.start()
     await asyncio.sleep(0.05)
+    calls = a.exchanges
     a.charge("m", "u", 3.0)
     a.raise_floor("m", 1.0)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert a.exchanges == calls
     await a.stop()
     assert await redis_shared.counter("m", "u") == 3.0
     assert await redis_shared.floor("m") == 1.0

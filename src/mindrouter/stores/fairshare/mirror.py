@@ -188,6 +188,18 @@ class LocalMirror:
         """Writes (accounts and floors) not yet pushed."""
         return len(self._ops) + len(self._floor_ops)
 
+    @property
+    def busy(self) -> bool:
+        """Whether the next exchange has something to push or to ask for the first time."""
+        return bool(
+            self._ops or self._floor_ops or self._own_pending or self._emptied or self._wanted
+        )
+
+    @property
+    def in_use(self) -> bool:
+        """Whether an exchange would pull anything (an account or a model is in use here)."""
+        return bool(self._view or self._models)
+
     def take_batch(self, now: float) -> Batch:
         """Hands out the pending writes (they are no longer pending) and what to pull back.
 

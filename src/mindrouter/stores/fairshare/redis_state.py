@@ -8,6 +8,15 @@ and at once after a dispatch, while requests wait for slots in the deployment, a
 says), in one round trip (one Lua script, `lua.py`): it pushes this process's pending writes and
 pulls back the merged value of every account and floor this process uses.
 
+Quiet spells. A process whose mirror nobody read or wrote during a whole pause, with nothing to
+push and no output pending, exchanges every `idle_interval` (1 s) instead, and not at all while
+it has never used an account (there is nothing to pull). Its first read or write after such a
+pause exchanges at once, so the values it decides on are as fresh as with the short interval
+from its second decision on; the first one may see values up to `idle_interval` older, which
+can only swap two users whose counters are within a second of the cluster's service of each
+other (~320 units on the testbed below: about one request's cost, which the VTC bound already
+allows), and only when several requests wait at once.
+
 Merging. Writes are pushed as operations, never as values: a charge adds, a lift and a floor raise
 take a maximum, applied in Redis to the shared value of the moment. Charges from any number of
 processes therefore add up to the same total in any order (up to float rounding), and lifts and
@@ -63,6 +72,7 @@ DEFAULT_SYNC_INTERVAL = 0.05
 # sees a user's new stream before it decides again.
 DEFAULT_BUSY_INTERVAL = 0.01
 BUSY_MIN_GAP = 0.005
+DEFAULT_IDLE_INTERVAL = 1.0
 _SENDER_TTL_S = 86_400
 
 
@@ -89,6 +99,7 @@ class RedisFairShareState(SharedStore):
         link: RedisLink,
         sync_interval: float = DEFAULT_SYNC_INTERVAL,
         *,
+        idle_interval: float = DEFAULT_IDLE_INTERVAL,
         forget_after: float = 600.0,
         on_degraded: Callable[[str], None] | None = None,
     ) -> None:
@@ -97,6 +108,9 @@ class RedisFairShareState(SharedStore):
         super().__init__(link, interval=sync_interval, min_gap=min(BUSY_MIN_GAP, sync_interval))
         self.sync_interval = sync_interval
         self.busy_interval = min(DEFAULT_BUSY_INTERVAL, sync_interval)
+        self.idle_interval = max(sync_interval, idle_interval)
+        self._touched = False  # the mirror was read or written during the current pause
+        self._quiet = False  # the pause running now is the idle one: the next touch ends it
         self._on_degraded = on_degraded
         self._sender_key = f"{self._prefix}sent:{self._me}"
         # A process's pending output outlives it by this much at most (and survives this many
@@ -114,35 +128,43 @@ class RedisFairShareState(SharedStore):
     # -- FairShareState: answered from the mirror, never waits -----------------------------------
 
     def get(self, model: str, user: str) -> float:
+        self._touch()
         return self._mirror.get(model, user)
 
     def get_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
+        self._touch()
         return self._mirror.get_many(model, users)
 
     def charge(self, model: str, user: str, amount: float) -> float:
         if not math.isfinite(amount):
             raise ValueError(f"a charge must be finite, got {amount}")
+        self._touch()
         return self._mirror.charge(model, user, amount)
 
     def lift(self, model: str, user: str, to: float) -> float:
         if not math.isfinite(to):
             raise ValueError(f"a lift must be finite, got {to}")
+        self._touch()
         return self._mirror.lift(model, user, to)
 
     def floor(self, model: str) -> float:
+        self._touch()
         return self._mirror.floor(model)
 
     def raise_floor(self, model: str, to: float) -> float:
         if not math.isfinite(to):
             raise ValueError(f"a floor must be finite, got {to}")
+        self._touch()
         return self._mirror.raise_floor(model, to)
 
     def add_pending(self, model: str, user: str, amount: float) -> None:
+        self._touch()
         self._mirror.add_pending(model, user, amount)
         if amount > 0 and self.contended():
             self._loop.poke()  # a dispatch while others wait: tell them now
 
     def pending_many(self, model: str, users: Iterable[str]) -> dict[str, float]:
+        self._touch()
         return self._mirror.pending_many(model, users)
 
     # -- the exchange ----------------------------------------------------------------------------
@@ -156,9 +178,6 @@ class RedisFairShareState(SharedStore):
     def snapshot(self) -> Mapping[str, Mapping[str, float]]:
         """The counters this process currently sees, model -> user -> counter."""
         return self._mirror.snapshot()
-
-    def _pause(self) -> float:
-        return self.busy_interval if self.contended() else self.sync_interval
 
     async def _leave(self) -> None:
         """Pushes what is pending (logged if Redis cannot take it); a batch still in doubt when
@@ -202,6 +221,22 @@ class RedisFairShareState(SharedStore):
             return True
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _touch(self) -> None:
+        self._touched = True
+        if self._quiet:
+            self._quiet = False
+            self._loop.poke()  # the first touch after a quiet spell: fresh values at once
+
+    def _pause(self) -> float:
+        """How long the exchange loop rests after an exchange (see Quiet spells)."""
+        if self.contended():
+            return self.busy_interval
+        if self._touched or self._in_doubt is not None or self._mirror.busy:
+            self._touched = False
+            return self.sync_interval
+        self._quiet = True
+        return self.idle_interval if self._mirror.in_use else math.inf
 
     def _degraded(self, reason: str) -> None:
         self.failures += 1

@@ -28,6 +28,8 @@ from mindrouter.stores.sql.usage import SqlUsageStore
 
 # The audit writer runs one transaction at a time (the begins' group commit, then completions).
 AUDIT_POOL = PoolSettings(size=2, max_overflow=2)
+# The catalog and auth epoch polls: one at a time, mostly.
+POLL_POOL = PoolSettings(size=1, max_overflow=1)
 
 
 @dataclass(slots=True)
@@ -44,6 +46,7 @@ class SqlStores:
     instances: SqlInstances  # heartbeats, checkpoints and the sweeper
 
     audit_engine: AsyncEngine | None = None  # the audit writer's own pool, when it has one
+    poll_engine: AsyncEngine | None = None  # the epoch polls' own pool, when they have one
 
     @classmethod
     def over(
@@ -53,12 +56,13 @@ class SqlStores:
         hasher: KeyHasher | None = None,
         audit_engine: AsyncEngine | None = None,
         audit_pg: PgAuditConnection | None = None,
+        poll_engine: AsyncEngine | None = None,
     ) -> SqlStores:
         return cls(
             engine=engine,
             directory=SqlDirectory(engine),
-            keys=SqlKeyStore(engine, hasher),
-            catalog=SqlCatalog(engine),
+            keys=SqlKeyStore(engine, hasher, polls=poll_engine),
+            catalog=SqlCatalog(engine, polls=poll_engine),
             audit=AuditWriter(audit_engine or engine, pg=audit_pg),
             audit_log=SqlAuditLog(engine),
             usage=SqlUsageStore(engine),
@@ -66,6 +70,7 @@ class SqlStores:
             reports=SqlReports(engine),
             instances=SqlInstances(engine),
             audit_engine=audit_engine,
+            poll_engine=poll_engine,
         )
 
     async def ensure_migrated(self, config_hint: str = "FILE") -> None:
@@ -76,8 +81,9 @@ class SqlStores:
             await self.audit.close()
         finally:
             await self.engine.dispose()
-            if self.audit_engine is not None:
-                await self.audit_engine.dispose()
+            for extra in (self.audit_engine, self.poll_engine):
+                if extra is not None:
+                    await extra.dispose()
 
 
 def open_stores(
@@ -98,14 +104,18 @@ def open_stores(
     `audit_commit="fast"`: the audit commits are not flushed to disk before they return
     (PostgreSQL: `synchronous_commit = off` on the audit connection; SQLite: `synchronous =
     NORMAL`, for the one shared engine). MariaDB has no such setting per session: there the
-    server's `innodb_flush_log_at_trx_commit` decides, and both modes are alike."""
+    server's `innodb_flush_log_at_trx_commit` decides, and both modes are alike.
+
+    The catalog and auth epoch polls get a pool of their own too on PostgreSQL and MariaDB,
+    without the ping and in autocommit (`epoch.py`): each is then one round trip."""
     fast = audit_commit == "fast"
     engine = create_engine(url, pool=pool, echo=echo, fast_commit=fast)
     parsed = engine.url
-    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "asyncpg":
-        audit_pg = PgAuditConnection(url, fast_commit=fast)
-        return SqlStores.over(engine, hasher=hasher, audit_pg=audit_pg)
     if parsed.get_backend_name() == "sqlite":
         return SqlStores.over(engine, hasher=hasher)
+    polls = create_engine(url, pool=POLL_POOL, echo=echo, pre_ping=False, autocommit=True)
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "asyncpg":
+        audit_pg = PgAuditConnection(url, fast_commit=fast)
+        return SqlStores.over(engine, hasher=hasher, audit_pg=audit_pg, poll_engine=polls)
     audit_engine = create_engine(url, pool=AUDIT_POOL, echo=echo, pre_ping=False)
-    return SqlStores.over(engine, hasher=hasher, audit_engine=audit_engine)
+    return SqlStores.over(engine, hasher=hasher, audit_engine=audit_engine, poll_engine=polls)

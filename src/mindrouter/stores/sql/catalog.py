@@ -20,7 +20,12 @@ from mindrouter.errors import NotFound
 from mindrouter.routing.backend_config import STORED, BackendConfig, BackendModel
 from mindrouter.stores.records import Backend, Model, ModelChanges
 from mindrouter.stores.sql.checks import check_backend, check_model
-from mindrouter.stores.sql.epoch import bump_catalog_epoch, read_catalog_epoch
+from mindrouter.stores.sql.epoch import (
+    CATALOG_EPOCH_ROW,
+    bump_catalog_epoch,
+    poll_epoch,
+    read_catalog_epoch,
+)
 from mindrouter.stores.sql.schema import backends, models
 from mindrouter.stores.sql.transactions import AnyRow, reading, utcnow, writing
 
@@ -78,12 +83,12 @@ class CatalogRows:
 
 
 class SqlCatalog:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, polls: AsyncEngine | None = None) -> None:
         self.engine = engine
+        self._polls = polls or engine  # the epoch polls' engine (`epoch.poll_epoch`)
 
     async def catalog_epoch(self) -> int:
-        async with reading(self.engine) as conn:
-            return await read_catalog_epoch(conn)
+        return await poll_epoch(self._polls, CATALOG_EPOCH_ROW)
 
     async def snapshot(self) -> CatalogRows:
         """The epoch with the backends and models it counts, read in one transaction."""

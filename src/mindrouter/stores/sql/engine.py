@@ -10,8 +10,10 @@
   file's mode): the file holds prompts, outputs and key hashes.
 - PostgreSQL (`postgresql+asyncpg://`) and MariaDB/MySQL (`mysql+asyncmy://`): a bounded pool
   that checks connections before use (replicas outlive database restarts and idle timeouts),
-  unless `pre_ping=False` says the caller handles a dropped connection itself (the audit writer:
-  a ping costs a round trip pair per checkout).
+  unless `pre_ping=False` says the caller handles a dropped connection itself (the audit writer
+  and the epoch polls: a ping costs a round trip pair per checkout).
+- `autocommit`: statements run outside any transaction (no BEGIN or ROLLBACK around a lone
+  read: the epoch polls, several times a second in every process).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ def create_engine(
     echo: bool = False,
     pre_ping: bool = True,
     fast_commit: bool = False,
+    autocommit: bool = False,
 ) -> AsyncEngine:
     """An engine for `url`; no connection is made until first use. `fast_commit` (SQLite only,
     where the audit writer shares the engine): commits are not fsynced (`audit_commit: fast`)."""
@@ -101,6 +104,8 @@ def create_engine(
             pool_recycle=pool.recycle,
             pool_pre_ping=pre_ping,
         )
+    if autocommit:
+        options["isolation_level"] = "AUTOCOMMIT"
     if backend in ("mysql", "mariadb") and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
     engine = create_async_engine(parsed, **options)

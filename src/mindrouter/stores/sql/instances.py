@@ -70,7 +70,11 @@ class SqlInstances:
         pid: int,
         now: datetime,
         checkpoints: Sequence[Checkpoint],
-    ) -> None:
+        stale_s: float | None = None,
+    ) -> list[str]:
+        """Renews the heartbeat and writes the checkpoints; with `stale_s`, also returns, read
+        in the same transaction (one checkout, not two, every `heartbeat_s`), the processes
+        whose heartbeat is older than that: what `sweep` is to close."""
         async with self.engine.begin() as conn:
             done = await conn.execute(
                 update(instances).where(instances.c.id == instance_id).values(heartbeat_at=now)
@@ -84,6 +88,9 @@ class SqlInstances:
                     )
                 )
             await _checkpoint(conn, instance_id, checkpoints)
+            if stale_s is None:
+                return []
+            return await _stale(conn, now, stale_s)
 
     async def checkpoint(self, instance_id: str, checkpoints: Sequence[Checkpoint]) -> None:
         """The tokens so far of `instance_id`'s requests in flight, into their pending records
@@ -101,18 +108,15 @@ class SqlInstances:
                 .values(heartbeat_at=_LONG_AGO)
             )
 
-    async def sweep(self, now: datetime, stale_s: float) -> SweepResult:
+    async def sweep(
+        self, now: datetime, stale_s: float, dead: Sequence[str] | None = None
+    ) -> SweepResult:
+        """Closes what the processes stale at `now` left open: `dead`, as `heartbeat` found
+        them, or read here."""
         cutoff = now - timedelta(seconds=stale_s)
-        async with self.engine.connect() as conn:
-            dead = (
-                (
-                    await conn.execute(
-                        select(instances.c.id).where(instances.c.heartbeat_at < cutoff)
-                    )
-                )
-                .scalars()
-                .all()
-            )
+        if dead is None:
+            async with self.engine.connect() as conn:
+                dead = await _stale(conn, now, stale_s)
         result = SweepResult(list(dead), 0, [])
         for instance_id in dead:
             while True:
@@ -132,6 +136,12 @@ class SqlInstances:
                 if found < SWEEP_BATCH:
                     break
         return result
+
+
+async def _stale(conn: AsyncConnection, now: datetime, stale_s: float) -> list[str]:
+    cutoff = now - timedelta(seconds=stale_s)
+    rows = await conn.execute(select(instances.c.id).where(instances.c.heartbeat_at < cutoff))
+    return list(rows.scalars().all())
 
 
 async def _checkpoint(

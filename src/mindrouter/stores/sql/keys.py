@@ -35,7 +35,7 @@ from mindrouter.stores.records import (
     LimitOverrides,
 )
 from mindrouter.stores.sql.directory import user_id
-from mindrouter.stores.sql.epoch import bump_epoch, read_epoch
+from mindrouter.stores.sql.epoch import bump_epoch, poll_epoch
 from mindrouter.stores.sql.schema import api_keys, groups, users
 from mindrouter.stores.sql.transactions import AnyRow, reading, utcnow, writing
 
@@ -133,9 +133,15 @@ def _where_ref(query: Select[Any], ref: str) -> Select[Any]:
 
 
 class SqlKeyStore:
-    def __init__(self, engine: AsyncEngine, hasher: KeyHasher | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        hasher: KeyHasher | None = None,
+        polls: AsyncEngine | None = None,
+    ) -> None:
         self.engine = engine
         self.hasher = hasher or KeyHasher()
+        self._polls = polls or engine  # the epoch polls' engine (`epoch.poll_epoch`)
 
     async def create_key(
         self,
@@ -215,8 +221,7 @@ class SqlKeyStore:
             return [_record(r) for r in rows]
 
     async def auth_epoch(self) -> int:
-        async with reading(self.engine) as conn:
-            return await read_epoch(conn)
+        return await poll_epoch(self._polls)
 
     async def record_key_use(self, uses: Mapping[int, datetime]) -> None:
         if not uses:

@@ -48,11 +48,16 @@ async def writing(
         raise InternalError(UNAVAILABLE) from exc
 
 
+def read_failed(exc: Exception) -> InternalError:
+    """The error a failed read raises, the details logged."""
+    log.error("database read failed", error=str(exc))
+    return InternalError(UNAVAILABLE)
+
+
 @asynccontextmanager
 async def reading(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     try:
         async with engine.connect() as conn:
             yield conn
     except DATABASE_ERRORS as exc:
-        log.error("database read failed", error=str(exc))
-        raise InternalError(UNAVAILABLE) from exc
+        raise read_failed(exc) from exc
