@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -50,6 +52,13 @@ CHUNK = b"x" * 65536
 SMALL = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
+# As in the overhead benchmark: the gateway on a core of its own, the benchmark (its engine, its
+# measuring client, the curl senders) on the other, so that the latencies are the gateway's and
+# not the senders' share of a small machine.
+_PINNED = (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
+GATEWAY_CORE = ["taskset", "-c", "1"] if _PINNED else []
+
+
 class Gateway:
     """`mindrouter serve` in a child process."""
 
@@ -68,7 +77,7 @@ class Gateway:
         self.log = workdir / "gateway.log"
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [*CLI, "serve", "--config", str(path), "--port", "0"],
+                [*GATEWAY_CORE, *CLI, "serve", "--config", str(path), "--port", "0"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
@@ -281,6 +290,8 @@ def main() -> None:
     parser.add_argument("--only", choices=["memory", "stall", "cancel"])
     parser.add_argument("--rounds", type=int, default=10)
     ns = parser.parse_args()
+    if _PINNED:
+        os.sched_setaffinity(0, {0})  # and the curl senders, started from here
     sim_app = build_sim_app(
         SimConfig("vllm", [SimModel(MODEL, 8192)], tokens_per_second=50, slots=16)
     )

@@ -66,6 +66,7 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
         DatabaseUnavailable,
         open_stores,
     )
+    from mindrouter.tokens import preload as preload_tokenizer
 
     stores = open_stores(settings.database_url, audit_commit=settings.audit_commit)
     try:
@@ -81,6 +82,7 @@ async def _serve_async(settings: Settings, ns: argparse.Namespace) -> int:
     if inherited is not None:
         host = inherited.getsockname()[0]
     app = build_app(settings, stores)
+    preload_tokenizer()
     # Everything built so far lives as long as the process: out of the collector's sight, a full
     # collection no longer walks the ~180k objects of the imported modules and the app (a pause
     # of 100-300 ms of the event loop, every stream's chunks held up behind it, and about 5% of
