@@ -136,14 +136,18 @@ class Schedule:
             live = await self._in_flight()
             for i in range(len(replicas)):
                 replica = replicas[(n + i) % len(replicas)]
-                found = live.get(replica.proc.pid) if replica.proc is not None else None
+                proc = replica.proc
+                if proc is None or replica.address is None:
+                    continue  # starting, or out of the rotation for a SIGTERM
+                found = live.get(proc.pid)
                 if found is not None and found[1]:
                     return replica, found[0], found[1]
             await asyncio.sleep(POLL_S)
         replica = replicas[n % len(replicas)]
-        if replica.proc is None:
+        proc = replica.proc
+        if proc is None or replica.address is None:
             return None
-        return replica, await self._instance_of(replica.proc.pid), 0
+        return replica, await self._instance_of(proc.pid), 0
 
     async def _kill(self, n: int, _: Any) -> None:
         found = await self._busy_replica(n)
