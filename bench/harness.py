@@ -26,9 +26,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import redis
 import yaml
+from sqlalchemy.engine import make_url
 
 from mindrouter.identity.keys import KeyHasher
 from mindrouter.stores.sql import SqlStores, open_stores
@@ -244,3 +246,21 @@ def chat_body(
         options = {"num_predict": max_tokens}
         return {"model": MODEL, "messages": messages, "stream": stream, "options": options}
     return {"model": MODEL, "messages": messages, "stream": stream, "max_tokens": max_tokens}
+
+
+# The PostgreSQL server the tests and the chaos soak make their databases on.
+POSTGRES = make_url(
+    os.environ.get("MINDROUTER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
+)
+
+
+async def postgres_admin(timeout: float = 5) -> asyncpg.Connection:
+    """A connection to the server's `postgres` database, where CREATE and DROP DATABASE run."""
+    return await asyncpg.connect(
+        host=POSTGRES.host,
+        port=POSTGRES.port or 5432,
+        user=POSTGRES.username or "postgres",
+        password=POSTGRES.password,
+        database="postgres",
+        timeout=timeout,
+    )

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import signal
 import sys
@@ -14,11 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 from sqlalchemy.engine import make_url
 
 from bench.chaos.proxy import RoundRobinProxy
-from bench.harness import MODEL, GatewayProcess, OwnRedis, cli, write_config
+from bench.harness import (
+    MODEL,
+    POSTGRES,
+    GatewayProcess,
+    OwnRedis,
+    cli,
+    postgres_admin,
+    write_config,
+)
 from mindrouter.serving import ThreadServer
 from mindrouter.sim import SimState, build_sim_app
 from mindrouter.sim.config import SimConfig, SimModel
@@ -34,23 +40,12 @@ USERS = {
 LEASE_S = 20.0
 GRACE_S = 10.0
 START_ATTEMPTS = 5
-# The PostgreSQL server the soak makes its own database on (the variable CI sets for the tests).
-POSTGRES = make_url(
-    os.environ.get("MINDROUTER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
-)
 
 
 async def _postgres(sql: str, *args: Any) -> list[Any]:
     """Runs `sql` on the server's `postgres` database (CREATE and DROP DATABASE run outside
     any database they name)."""
-    conn = await asyncpg.connect(
-        host=POSTGRES.host,
-        port=POSTGRES.port or 5432,
-        user=POSTGRES.username or "postgres",
-        password=POSTGRES.password,
-        database="postgres",
-        timeout=10,
-    )
+    conn = await postgres_admin(timeout=10)
     try:
         return list(await conn.fetch(sql, *args))
     finally:

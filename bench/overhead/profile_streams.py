@@ -60,21 +60,6 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def user_system(pids: list[int]) -> tuple[float, float]:
-    """User and system CPU seconds of the given processes (the kernel's share is mostly the
-    sockets': a loopback send also runs the receiving side's TCP processing)."""
-    user = system = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        user += int(fields[11])
-        system += int(fields[12])
-    return user / targets.CLK_TCK, system / targets.CLK_TCK
-
-
 def stage_of(frames: list[str]) -> str:
     for frame in reversed(frames):
         for name, keys in STAGES:
@@ -115,11 +100,11 @@ async def profile_streams(ns: argparse.Namespace) -> Path:
         spy_proc = prof.start_spy(spy, gw.proc.pid, ns, out) if spy else None
         await asyncio.sleep(0.5)
         gw.refresh_pids()
-        cpu0, split0 = gw.cpu(), user_system(gw.pids)
+        cpu0, split0 = gw.cpu(), targets.user_system(gw.pids)
         results, _ = await closed_loop(
             pool, raw, ns.streams, ns.duration - 1.5, stream=True, timeout=60
         )
-        cpu, split1 = gw.cpu() - cpu0, user_system(gw.pids)
+        cpu, split1 = gw.cpu() - cpu0, targets.user_system(gw.pids)
         load = os.getloadavg()[0]
         if spy_proc is not None:
             await prof.stop_spy(spy_proc)

@@ -66,17 +66,23 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """utime + stime of the given processes (all their threads), in seconds."""
-    total = 0
+def user_system(pids: list[int]) -> tuple[float, float]:
+    """utime and stime of the given processes (all their threads), in seconds."""
+    user = system = 0
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])
-    return total / CLK_TCK
+        user += int(fields[11])
+        system += int(fields[12])
+    return user / CLK_TCK, system / CLK_TCK
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of the given processes (all their threads), in seconds."""
+    return sum(user_system(pids))
 
 
 def rss_mib(pids: list[int]) -> float:

@@ -48,16 +48,15 @@ from mindrouter.settings import Settings, settings_from_dict
 from mindrouter.sim import SimState, build_sim_app
 from mindrouter.sim.config import SimConfig, SimModel
 from tests.gateway.stack import prepare_database, sqlite_url
-from tests.pipeline.harness import error_message
+from tests.pipeline.harness import (
+    DIALECTS,
+    MODEL,
+    PATHS,
+    USER,
+    error_message,
+    request_body,
+)
 
-MODEL = "m"
-USER = [{"role": "user", "content": "hello there"}]
-DIALECTS = ("openai", "anthropic", "ollama")
-PATHS = {
-    "openai": "/v1/chat/completions",
-    "anthropic": "/anthropic/v1/messages",
-    "ollama": "/api/chat",
-}
 HTTP = httpx.Client(timeout=30)
 
 # -- a gateway over several simulated engines ----------------------------------------------------
@@ -245,15 +244,6 @@ def closed_port() -> int:
 
 
 # -- requests ------------------------------------------------------------------------------------
-
-
-def request_body(dialect: str, stream: bool, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": MODEL, "messages": USER, "stream": stream}
-    if dialect == "ollama":
-        body["options"] = {"num_predict": 8}
-    else:
-        body["max_tokens"] = 8
-    return {**body, **extra}
 
 
 def post(c: Cluster, dialect: str, stream: bool = False, **extra: Any) -> httpx.Response:

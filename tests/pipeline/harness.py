@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.harness import DIALECTS, PATHS
 from fastapi import FastAPI
 
 from mindrouter.app import build_app
@@ -37,12 +38,6 @@ from tests.pipeline.fakes import Clock, FakeEngine
 
 MODEL = "m"
 USER = [{"role": "user", "content": "hello there"}]
-DIALECTS = ("openai", "anthropic", "ollama")
-PATHS = {
-    "openai": "/v1/chat/completions",
-    "anthropic": "/anthropic/v1/messages",
-    "ollama": "/api/chat",
-}
 
 
 def request_body(dialect: str, stream: bool, **extra: Any) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import asyncmy
 import asyncpg
 import pytest
-from bench.harness import FAST_HASHER
+from bench.harness import FAST_HASHER, POSTGRES, postgres_admin
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -32,9 +32,6 @@ from mindrouter.stores.sql.engine import create_engine
 from mindrouter.stores.sql.migrate import upgrade
 
 ENGINES = ("sqlite", "postgresql", "mariadb")
-POSTGRES = make_url(
-    os.environ.get("MINDROUTER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432")
-)
 MARIADB = make_url(os.environ.get("MINDROUTER_TEST_MARIADB", "mysql://root@127.0.0.1:3306"))
 
 
@@ -57,14 +54,7 @@ def _db_name() -> str:
 
 async def _postgres_admin() -> asyncpg.Connection:
     try:
-        return await asyncpg.connect(
-            host=POSTGRES.host,
-            port=POSTGRES.port or 5432,
-            user=POSTGRES.username or "postgres",
-            password=POSTGRES.password,
-            database="postgres",
-            timeout=5,
-        )
+        return await postgres_admin()
     except (OSError, asyncpg.PostgresError) as exc:
         pytest.fail(
             f"PostgreSQL is unreachable at {POSTGRES.host}:{POSTGRES.port or 5432} ({exc}); "

@@ -140,7 +140,7 @@ class AuditRecord:
         the request failed early)."""
         s = self.s
         if s.recovery is not None:
-            s.recovery.untrack(self.start.uuid)
+            s.recovery.untrack(self.start.uuid, self.slot)
         uuid = await self._committed_uuid()
         if uuid is None:
             return

@@ -80,22 +80,16 @@ class Recovery:
         self._flights: dict[str, Callable[[], Usage | None]] = {}  # audit uuid -> used so far
         self._journal_dir = journal_dir
         self.journal: Journal | None = None  # from start(), when there is a journal directory
-        self._slots: dict[str, int] = {}  # audit uuid -> its slot in the journal
         self.swept = 0  # records this process closed for dead ones
 
     def track(self, audit_uuid: str, used: Callable[[], Usage | None]) -> int | None:
         """Follows a request in flight; returns its journal slot (for `Journal.note`), if any."""
         self._flights[audit_uuid] = used
-        if self.journal is None:
-            return None
-        slot = self.journal.take(audit_uuid)
-        if slot is not None:
-            self._slots[audit_uuid] = slot
-        return slot
+        return self.journal.take(audit_uuid) if self.journal is not None else None
 
-    def untrack(self, audit_uuid: str) -> None:
+    def untrack(self, audit_uuid: str, slot: int | None) -> None:
+        """The request has ended; `slot` is what `track` returned for it."""
         self._flights.pop(audit_uuid, None)
-        slot = self._slots.pop(audit_uuid, None)
         if slot is not None and self.journal is not None:
             self.journal.give(slot)
 
