@@ -1,9 +1,14 @@
 """Per-user limit counters in Redis, exact across every process and replica that shares the server.
 
 Each admit and each settle is one Lua script (see `lua.py` for keys and TTLs), so check-all-then-
-reserve is atomic on the server and a refused request reserves nothing. Scripts run by EVALSHA; a
-server that lost its script cache (restart, SCRIPT FLUSH, failover) answers NOSCRIPT and the script
-is loaded and run again.
+reserve is atomic on the server and a refused request reserves nothing. Admissions and settlements,
+what every request sends, go over one pipelined connection (`stores/redis_pipe.py`) on which the
+two scripts are loaded when it opens: an admission is one round trip, and a settlement is written
+to the socket by `settle_soon` without the request waiting for its reply, ahead of anything this
+process sends afterwards (its next admissions included). The rest (seeding, snapshots, renewals,
+the dirty set) goes through the redis-py client. Scripts run by EVALSHA; a server that lost its
+script cache under an open connection (SCRIPT FLUSH) answers NOSCRIPT and the script is sent
+whole (EVAL) instead.
 
 Concurrency slots and reserved tokens are leases that expire `lease_seconds` (default 20 s) after
 admission (by the caller's clock) unless renewed, and are reaped inside the scripts. The process
@@ -20,8 +25,10 @@ behind Sentinel): the scripts also touch the shared `dirty` set, which Redis Clu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -46,6 +53,7 @@ from mindrouter.stores.limits.model import (
     validate_tokens,
 )
 from mindrouter.stores.redis_client import short_timeout_client, text_of
+from mindrouter.stores.redis_pipe import PipedRedis
 
 # Garbage collection only (Redis's own clock); the scripts decide expiry by the caller's `now`.
 _TTL_SLACK_MS = 60_000
@@ -65,6 +73,13 @@ async def _unavailable_on_redis_errors(client: Redis) -> AsyncIterator[None]:
         with contextlib.suppress(Exception):
             await client.connection_pool.disconnect(inuse_connections=False)
         raise LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})") from exc
+
+
+def _unavailable(exc: BaseException) -> BaseException:
+    """What a settlement sent on the pipelined connection failed with, as the store raises it."""
+    if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
+        return LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})")
+    return exc
 
 
 def _num(value: float) -> str:
@@ -90,6 +105,16 @@ class _Script:
             await _await(client.script_load(self.source))
             return await _await(client.evalsha(self.sha, len(keys), *keys, *args))
 
+    def send(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        """The script sent on `pipe` (loaded there when it opened): the future of its reply."""
+        return pipe.send("EVALSHA", self.sha, len(keys), *keys, *args, watched=True)
+
+    async def call(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        try:
+            return await pipe.call("EVALSHA", self.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            return await pipe.call("EVAL", self.source, len(keys), *keys, *args)
+
 
 class RedisLimitStore:
     def __init__(
@@ -114,6 +139,13 @@ class RedisLimitStore:
         self._renew = _Script(lua.RENEW)
         self._seed = _Script(lua.SEED)
         self._unreported: set[str] = set()  # popped from `dirty` but not yet handed out
+        timeout = client.connection_pool.connection_kwargs.get("socket_timeout") or 5.0
+        self._pipe = PipedRedis.like(
+            client, timeout=timeout, scripts=(self._admit.source, self._settle.source)
+        )
+        # Lease ids: unique across processes (the random part) and cheap per request (the count).
+        self._lease_ids = map(f"{uuid4().hex[:16]}-{{:x}}".format, itertools.count())
+        self._keys: dict[str, list[str]] = {}
 
     @classmethod
     def from_url(
@@ -134,13 +166,18 @@ class RedisLimitStore:
         return cls(client, prefix, lease_seconds=lease_seconds, owns_client=True)
 
     def _user_keys(self, user: str) -> list[str]:
-        p = self._prefix
-        return [
-            f"{p}usage:{user}",
-            f"{p}window:{user}",
-            f"{p}leases:{user}",
-            f"{p}lease_tokens:{user}",
-        ]
+        keys = self._keys.get(user)
+        if keys is None:
+            if len(self._keys) >= 10_000:
+                self._keys.clear()  # a bound, not a cache policy: rebuilding them is cheap
+            p = self._prefix
+            keys = self._keys[user] = [
+                f"{p}usage:{user}",
+                f"{p}window:{user}",
+                f"{p}leases:{user}",
+                f"{p}lease_tokens:{user}",
+            ]
+        return keys
 
     @property
     def _dirty_key(self) -> str:
@@ -148,7 +185,7 @@ class RedisLimitStore:
 
     async def admit(self, user: str, limits: Limits, estimate_tokens: int, now: float) -> Ticket:
         validate_tokens("estimate_tokens", estimate_tokens)
-        lease_id = uuid4().hex
+        lease_id = next(self._lease_ids)
         expires = now + self._lease_seconds
         args: list[str | int] = [
             _num(now),
@@ -166,8 +203,8 @@ class RedisLimitStore:
             self._lease_ttl_ms,
         ]
         async with _unavailable_on_redis_errors(self._client):
-            reply = await self._admit.run(
-                self._client, [*self._user_keys(user), self._dirty_key], args
+            reply = await self._admit.call(
+                self._pipe, [*self._user_keys(user), self._dirty_key], args
             )
         if int(reply[0]) == 2:
             raise UsageNotLoaded(
@@ -196,8 +233,14 @@ class RedisLimitStore:
         )
 
     async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
+        await self.settle_soon(ticket, used_tokens, now)
+
+    def settle_soon(self, ticket: Ticket, used_tokens: int, now: float) -> asyncio.Future[None]:
+        """Writes the settlement now, ahead of anything this process sends Redis afterwards;
+        the future is its reply (LimitStoreUnavailable when Redis did not take it)."""
         validate_tokens("used_tokens", used_tokens)
         usage, _window, leases, tokens = self._user_keys(ticket.user)
+        keys = [usage, leases, tokens, self._dirty_key]
         args: list[str | int] = [
             _num(now),
             ticket.lease_id,
@@ -206,8 +249,25 @@ class RedisLimitStore:
             _num(ticket.period_start),
             ticket.user,
         ]
-        async with _unavailable_on_redis_errors(self._client):
-            await self._settle.run(self._client, [usage, leases, tokens, self._dirty_key], args)
+        sent = self._settle.send(self._pipe, keys, args)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def answered(reply: asyncio.Future[Any]) -> None:
+            if reply.cancelled():
+                done.set_exception(LimitStoreUnavailable("settling limits was cancelled"))
+                return
+            exc = reply.exception()
+            if isinstance(exc, redis_errors.NoScriptError):
+                # The script cache was flushed under the open connection: sent whole, later.
+                retry = asyncio.ensure_future(self._settle.call(self._pipe, keys, args))
+                retry.add_done_callback(answered)
+            elif exc is not None:
+                done.set_exception(_unavailable(exc))
+            else:
+                done.set_result(None)
+
+        sent.add_done_callback(answered)
+        return done
 
     async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
         by_user: dict[str, list[str | int]] = {}
@@ -287,6 +347,7 @@ class RedisLimitStore:
         return snapshots
 
     async def close(self) -> None:
+        await self._pipe.aclose()  # the settlements still due are answered first
         if self._owns_client:
             await self._client.aclose()
 
