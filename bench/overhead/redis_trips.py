@@ -1,6 +1,6 @@
 """What a governed gateway asks Redis per request, and what its governance costs in CPU.
 
-    .venv/bin/python -m bench.overhead.redis_trips trips [--requests 200]
+    .venv/bin/python -m bench.overhead.redis_trips trips [--requests 200] [--rev REV] [--monitor]
     .venv/bin/python -m bench.overhead.redis_trips cpu --against REV [--rounds 6]
 
 Both start a redis-server of their own (a free port, nothing saved) and a fresh PostgreSQL
@@ -51,18 +51,35 @@ import json as _j, os as _o, signal as _s, sys as _y, collections as _c
 import redis.asyncio.connection as _rc
 _counts = _c.Counter()
 _send = _rc.AbstractConnection.send_packed_command
-def _site():
-    f = _y._getframe(2)
+_SKIP = ('stores/redis_pipe.py', 'stores/limits/redis_store.py:_await',
+         'stores/limits/redis_store.py:run', 'stores/limits/redis_store.py:call',
+         'stores/limits/redis_store.py:send')
+def _site(depth):
+    f = _y._getframe(depth)
     while f is not None:
         name = f.f_code.co_filename
         if '/mindrouter/' in name and '/redis/' not in name:
-            return name.rsplit('/mindrouter/', 1)[1] + ':' + f.f_code.co_name
+            site = name.rsplit('/mindrouter/', 1)[1] + ':' + f.f_code.co_name
+            if not site.startswith(_SKIP):
+                return site
         f = f.f_back
     return '?'
 async def _counted(self, command, check_health=True):
-    _counts[_site()] += 1
+    _counts[_site(2) + ' (redis-py, awaited)'] += 1
     return await _send(self, command, check_health)
 _rc.AbstractConnection.send_packed_command = _counted
+try:
+    import mindrouter.stores.redis_pipe as _rp
+except ImportError:
+    _rp = None
+if _rp is not None:
+    _pipe_send = _rp.PipedRedis.send
+    def _piped(self, *args, watched=False):
+        awaited = _y._getframe(1).f_code.co_name == 'call'
+        how = 'awaited' if awaited else 'sent, reply not awaited'
+        _counts[_site(1) + f' (pipelined, {how})'] += 1
+        return _pipe_send(self, *args, watched=watched)
+    _rp.PipedRedis.send = _piped
 def _dump(*_):
     with open(_o.environ['MR_TRIPS'], 'w') as f:
         _j.dump(dict(_counts), f)
@@ -133,7 +150,7 @@ def _per_request(
 ) -> dict[str, float]:
     out = {}
     for k in set(counts) | set(idle):
-        v = (counts[k] - idle[k] * busy_s / idle_s) / n
+        v = (counts[k] - idle[k] * busy_s / idle_s) / n if idle_s else counts[k] / n
         if abs(v) >= 0.005:
             out[k] = round(v, 3)
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
@@ -146,7 +163,15 @@ async def trips(ns: argparse.Namespace) -> None:
     trips_file = workdir / "trips.json"
     os.environ["MR_TRIPS"] = str(trips_file)
     mock = await targets.start_mock(workdir)
-    gw = await targets.start_mindrouter("governed", mock.port, workdir, _launcher(None))
+    shape = {"first_token_ms": 0, "chunks": 16, "gap_ms": 0}
+    await post_once(HOST, mock.port, "/_config", orjson.dumps(shape))
+    src = None
+    if ns.rev:
+        src = workdir / "src-at-rev"
+        src.mkdir()
+        _launcher_at(ns.rev, src)  # extracts the revision's source into `src`
+        src = src / "src"
+    gw = await targets.start_mindrouter("governed", mock.port, workdir, _launcher(src))
     try:
         target = run.Target("gw", gw, gw.headers, Pool(HOST, gw.port))
         kinds = {
@@ -287,6 +312,7 @@ def main() -> int:
     t = sub.add_parser("trips")
     t.add_argument("--requests", type=int, default=200)
     t.add_argument("--monitor", action="store_true")
+    t.add_argument("--rev", help="run the gateway from this git revision's source")
     c = sub.add_parser("cpu")
     c.add_argument("--against", required=True)
     c.add_argument("--rounds", type=int, default=6)
