@@ -68,11 +68,15 @@ async def _unavailable_on_redis_errors(client: Redis) -> AsyncIterator[None]:
         # this must not trip the unavailability policy.
         raise Overloaded(f"rate limiting is busy (Redis client pool: {exc})") from exc
     except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
-        # After a Redis restart every idle pooled connection is dead, and each would fail one
-        # request in turn: drop them all, so that the next calls connect afresh.
-        with contextlib.suppress(Exception):
-            await client.connection_pool.disconnect(inuse_connections=False)
-        raise LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})") from exc
+        raise await _unavailable_after(client, exc) from exc
+
+
+async def _unavailable_after(client: Redis, exc: Exception) -> LimitStoreUnavailable:
+    # After a Redis restart every idle pooled connection is dead, and each would fail one
+    # request in turn: drop them all, so that the next calls connect afresh.
+    with contextlib.suppress(Exception):
+        await client.connection_pool.disconnect(inuse_connections=False)
+    return LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})")
 
 
 def _unavailable(exc: BaseException) -> BaseException:
@@ -84,6 +88,9 @@ def _unavailable(exc: BaseException) -> BaseException:
 
 def _num(value: float) -> str:
     return repr(float(value))
+
+
+_WINDOW, _BUSY_RETRY = _num(WINDOW_SECONDS), _num(BUSY_RETRY_SECONDS)
 
 
 async def _await(result: Awaitable[Any] | Any) -> Any:
@@ -145,7 +152,10 @@ class RedisLimitStore:
         )
         # Lease ids: unique across processes (the random part) and cheap per request (the count).
         self._lease_ids = map(f"{uuid4().hex[:16]}-{{:x}}".format, itertools.count())
+        # Each user's key names, made once (a request's admission and settlement name them).
         self._keys: dict[str, list[str]] = {}
+        self._admit_keys_of: dict[str, list[str]] = {}
+        self._settle_keys_of: dict[str, list[str]] = {}
 
     @classmethod
     def from_url(
@@ -169,7 +179,10 @@ class RedisLimitStore:
         keys = self._keys.get(user)
         if keys is None:
             if len(self._keys) >= 10_000:
-                self._keys.clear()  # a bound, not a cache policy: rebuilding them is cheap
+                # A bound, not a cache policy: rebuilding them is cheap.
+                self._keys.clear()
+                self._admit_keys_of.clear()
+                self._settle_keys_of.clear()
             p = self._prefix
             keys = self._keys[user] = [
                 f"{p}usage:{user}",
@@ -177,6 +190,19 @@ class RedisLimitStore:
                 f"{p}leases:{user}",
                 f"{p}lease_tokens:{user}",
             ]
+        return keys
+
+    def _admit_keys(self, user: str) -> list[str]:
+        keys = self._admit_keys_of.get(user)
+        if keys is None:
+            keys = self._admit_keys_of[user] = [*self._user_keys(user), self._dirty_key]
+        return keys
+
+    def _settle_keys(self, user: str) -> list[str]:
+        keys = self._settle_keys_of.get(user)
+        if keys is None:
+            usage, _window, leases, tokens = self._user_keys(user)
+            keys = self._settle_keys_of[user] = [usage, leases, tokens, self._dirty_key]
         return keys
 
     @property
@@ -197,15 +223,15 @@ class RedisLimitStore:
             lease_id,
             _num(expires),
             user,
-            _num(WINDOW_SECONDS),
-            _num(BUSY_RETRY_SECONDS),
+            _WINDOW,
+            _BUSY_RETRY,
             self._window_ttl_ms,
             self._lease_ttl_ms,
         ]
-        async with _unavailable_on_redis_errors(self._client):
-            reply = await self._admit.call(
-                self._pipe, [*self._user_keys(user), self._dirty_key], args
-            )
+        try:
+            reply = await self._admit.call(self._pipe, self._admit_keys(user), args)
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+            raise await _unavailable_after(self._client, exc) from exc
         if int(reply[0]) == 2:
             raise UsageNotLoaded(
                 "rate limiting is reloading this user's usage after Redis lost it; retry"
@@ -239,8 +265,7 @@ class RedisLimitStore:
         """Writes the settlement now, ahead of anything this process sends Redis afterwards;
         the future is its reply (LimitStoreUnavailable when Redis did not take it)."""
         validate_tokens("used_tokens", used_tokens)
-        usage, _window, leases, tokens = self._user_keys(ticket.user)
-        keys = [usage, leases, tokens, self._dirty_key]
+        keys = self._settle_keys(ticket.user)
         args: list[str | int] = [
             _num(now),
             ticket.lease_id,
