@@ -98,13 +98,16 @@ async def test_a_lost_script_cache_is_refilled(redis_server: RedisServer) -> Non
 
 
 async def test_an_exhausted_client_pool_is_busy_not_unavailable(redis_server: RedisServer) -> None:
-    # The default pool raises past its size instead of waiting; Redis itself is fine. (Usage
-    # views go through the pool; admissions do not, below.)
+    # The default pool raises past its size instead of waiting; Redis itself is fine. (Renewals
+    # go through the pool; admissions do not, below.)
     client = Redis.from_url(REDIS_URL, max_connections=2, retry=Retry(NoBackoff(), 0))
     store = RedisLimitStore(client, redis_server.prefix, owns_client=True)
-    await store.seed("alice", None, 0, 0)
+    users = [f"u{i}" for i in range(20)]
+    for user in users:
+        await store.seed(user, None, 0, 0)
+    tickets = [await store.admit(user, Limits(), 1, T0) for user in users]
     results = await asyncio.gather(
-        *(store.snapshot("alice", Limits(), T0) for _ in range(20)), return_exceptions=True
+        *(store.renew([t], T0 + 1) for t in tickets), return_exceptions=True
     )
     busy = [r for r in results if isinstance(r, Overloaded)]
     assert busy and not any(isinstance(r, LimitStoreUnavailable) for r in busy)
@@ -123,8 +126,8 @@ async def test_admissions_and_settlements_share_one_pipelined_connection(
         # finds the one slot free and the tokens charged.
         ticket = await store.admit("alice", limits, 10, T0 + step)
         done = store.settle_soon(ticket, 7, T0 + step)
-    await done
-    snap = await store.snapshot("alice", limits, T0 + 30)
+    snap = await store.snapshot("alice", limits, T0 + 30)  # read after the settlements
+    assert done.done()
     assert (snap.period_tokens, snap.in_flight, snap.reserved_tokens) == (210, 0, 0)
     # A burst far over the pool's size: no pooled connection is taken, all are admitted.
     tickets = await asyncio.gather(*(store.admit("alice", Limits(), 1, T0) for _ in range(50)))

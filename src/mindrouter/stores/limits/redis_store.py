@@ -1,14 +1,14 @@
 """Per-user limit counters in Redis, exact across every process and replica that shares the server.
 
 Each admit and each settle is one Lua script (see `lua.py` for keys and TTLs), so check-all-then-
-reserve is atomic on the server and a refused request reserves nothing. Admissions and settlements,
-what every request sends, go over one pipelined connection (`stores/redis_pipe.py`) on which the
-two scripts are loaded when it opens: an admission is one round trip, and a settlement is written
-to the socket by `settle_soon` without the request waiting for its reply, ahead of anything this
-process sends afterwards (its next admissions included). The rest (seeding, snapshots, renewals,
-the dirty set) goes through the redis-py client. Scripts run by EVALSHA; a server that lost its
-script cache under an open connection (SCRIPT FLUSH) answers NOSCRIPT and the script is sent
-whole (EVAL) instead.
+reserve is atomic on the server and a refused request reserves nothing. Admissions and
+settlements (what every request sends), usage views and loads go over one pipelined connection
+(`stores/redis_pipe.py`) on which their scripts are loaded when it opens: an admission is one
+round trip, and a settlement is written to the socket by `settle_soon` without the request
+waiting for its reply, ahead of anything this process sends afterwards (its next admissions and
+views included). Renewals and the dirty set go through the redis-py client.
+Scripts run by EVALSHA; a server that lost its script cache under an open connection (SCRIPT
+FLUSH) answers NOSCRIPT, and the script is then sent whole (EVAL).
 
 Concurrency slots and reserved tokens are leases that expire `lease_seconds` (default 20 s) after
 admission (by the caller's clock) unless renewed, and are reaped inside the scripts. The process
@@ -148,7 +148,9 @@ class RedisLimitStore:
         self._unreported: set[str] = set()  # popped from `dirty` but not yet handed out
         timeout = client.connection_pool.connection_kwargs.get("socket_timeout") or 5.0
         self._pipe = PipedRedis.like(
-            client, timeout=timeout, scripts=(self._admit.source, self._settle.source)
+            client,
+            timeout=timeout,
+            scripts=(s.source for s in (self._admit, self._settle, self._snapshot, self._seed)),
         )
         # Lease ids: unique across processes (the random part) and cheap per request (the count).
         self._lease_ids = map(f"{uuid4().hex[:16]}-{{:x}}".format, itertools.count())
@@ -308,9 +310,11 @@ class RedisLimitStore:
                 await self._renew.run(self._client, [usage, lease_key, tokens], [*head, *leases])
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
-        args = [_num(now), _num(limits.period_seconds), _num(WINDOW_SECONDS)]
+        args: list[str | int] = [_num(now), _num(limits.period_seconds), _WINDOW]
+        # On the pipelined connection: a view this process shows after a request ended is
+        # read after that request's settlement.
         async with _unavailable_on_redis_errors(self._client):
-            reply = await self._snapshot.run(self._client, self._user_keys(user), args)
+            reply = await self._snapshot.call(self._pipe, self._user_keys(user), args)
         if len(reply) == 1:
             raise UsageNotLoaded("this user's usage is being reloaded after Redis lost it; retry")
         return _parse_snapshot(user, reply) or UsageSnapshot(user, now, 0, 0, 0, 0, 0, as_of=now)
@@ -341,7 +345,7 @@ class RedisLimitStore:
             *(_num(t) for t in admissions),
         ]
         async with _unavailable_on_redis_errors(self._client):
-            await self._seed.run(self._client, self._user_keys(user), args)
+            await self._seed.call(self._pipe, self._user_keys(user), args)
 
     async def dirty(self) -> list[UsageSnapshot]:
         """Pops the shared dirty set: with several replicas, each change is reported by one."""
