@@ -73,13 +73,13 @@ try:
 except ImportError:
     _rp = None
 if _rp is not None:
-    _pipe_send = _rp.PipedRedis.send
-    def _piped(self, *args, watched=False):
+    _issue = _rp.PipedRedis._issue
+    def _piped(self, packed, *, now):
         awaited = _y._getframe(1).f_code.co_name == 'call'
         how = 'awaited' if awaited else 'sent, reply not awaited'
         _counts[_site(1) + f' (pipelined, {how})'] += 1
-        return _pipe_send(self, *args, watched=watched)
-    _rp.PipedRedis.send = _piped
+        return _issue(self, packed, now=now)
+    _rp.PipedRedis._issue = _piped
 def _dump(*_):
     with open(_o.environ['MR_TRIPS'], 'w') as f:
         _j.dump(dict(_counts), f)

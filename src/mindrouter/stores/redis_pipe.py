@@ -1,14 +1,16 @@
 """One pipelined connection to Redis, for the commands every request sends (the limit store's).
 
-Commands are written to the socket when they are issued, in order, and the replies are matched
-to them in that same order (Redis answers each connection in order); nothing waits for a reply
-before the next command goes out. So:
+Commands are written to the socket in the order they are issued (at once, or at the end of the
+event loop's turn), and the replies are matched to them in that same order (Redis answers each
+connection in order); nothing waits for a reply before the next command goes out. So:
 
 - `send` writes a command and returns the future of its reply without waiting for it: the
   command is on the wire when `send` returns (or, while the connection is being opened, queued
   to be written first, in order, once it is), and Redis runs it before any command this
   process sends afterwards on the same connection;
-- `call` is `send` and then waits for the reply, at most `timeout` seconds;
+- `call` waits for the reply, at most `timeout` seconds; its command is written at the end of
+  the event loop's turn, in one write with every other command issued in that turn (a `send`
+  writes them all at once, its own last);
 - there is no pool to take a connection from and give back, no retry (the scripts sent here
   are not idempotent: a retried charge would count twice) and no per-command health check, so
   a command costs little more than packing it and parsing its reply (hiredis does both).
@@ -46,14 +48,27 @@ class _Connection(asyncio.Protocol):
         self._reader = hiredis.Reader(replyError=redis_errors.ResponseError)
         self.waiting: deque[asyncio.Future[Any]] = deque()
         self.transport: asyncio.Transport | None = None
+        self._unwritten: list[bytes] = []  # to be written at the end of this loop turn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def write(self, packed: bytes, future: asyncio.Future[Any]) -> None:
-        assert self.transport is not None
+    def write(self, packed: bytes, future: asyncio.Future[Any], *, now: bool = True) -> None:
+        """`now`: written at once (with what was left for the end of the turn before it);
+        otherwise at the end of this turn of the event loop, in one write with the others."""
         self.waiting.append(future)
-        self.transport.write(packed)
+        unwritten = self._unwritten
+        unwritten.append(packed)
+        if now:
+            self.flush()
+        elif len(unwritten) == 1:
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        unwritten = self._unwritten
+        if unwritten and self.transport is not None:
+            self.transport.write(unwritten[0] if len(unwritten) == 1 else b"".join(unwritten))
+        unwritten.clear()
 
     def data_received(self, data: bytes) -> None:
         reader, waiting = self._reader, self.waiting
@@ -127,22 +142,24 @@ class PipedRedis:
             scripts=scripts,
         )
 
-    def send(self, *args: Arg, watched: bool = False) -> asyncio.Future[Any]:
-        """Writes the command now (see the module doc) and returns the future of its reply.
-        `watched`: nobody will wait for it, so a reply not in within `timeout` closes the
-        connection (failing the command) as `call` does."""
+    def send(self, *args: Arg) -> asyncio.Future[Any]:
+        """Writes the command now (see the module doc) and returns the future of its reply,
+        which nobody need wait for: a reply not in within `timeout` closes the connection
+        (failing the command), as in `call`."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        packed = _pack(args)
+        future = self._issue(_pack(args), now=True)
+        timer = loop.call_later(self.timeout, self._expire, future)
+        future.add_done_callback(lambda _: timer.cancel())
+        return future
+
+    def _issue(self, packed: bytes, *, now: bool) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if self._conn is not None:
-            self._conn.write(packed, future)
+            self._conn.write(packed, future, now=now)
         else:
             self._queued.append((packed, future))
             if self._opening is None:
                 self._opening = asyncio.ensure_future(self._open())
-        if watched:
-            timer = loop.call_later(self.timeout, self._expire, future)
-            future.add_done_callback(lambda _: timer.cancel())
         return future
 
     def _expire(self, future: asyncio.Future[Any]) -> None:
@@ -150,8 +167,10 @@ class PipedRedis:
             self._drop(redis_errors.TimeoutError("Redis did not answer in time"))
 
     async def call(self, *args: Arg) -> Any:
-        """The command's reply, within `timeout` seconds."""
-        future = self.send(*args)
+        """The command's reply, within `timeout` seconds. The command is written at the end of
+        this turn of the event loop, in one write with the others issued in the turn (and at
+        once with a `send` issued after it)."""
+        future = self._issue(_pack(args), now=False)
         try:
             async with asyncio.timeout(self.timeout):
                 return await future
@@ -177,10 +196,11 @@ class PipedRedis:
                 # Everything goes out at once, the greeting first: its replies come first.
                 for packed in self._greeting():
                     greeting.append(asyncio.get_running_loop().create_future())
-                    conn.write(packed, greeting[-1])
+                    conn.write(packed, greeting[-1], now=False)
                 queued, self._queued = self._queued, []
                 for packed, future in queued:
-                    conn.write(packed, future)
+                    conn.write(packed, future, now=False)
+                conn.flush()
                 self._conn = conn
                 self._opening = None
                 for future in greeting:

@@ -114,7 +114,7 @@ class _Script:
 
     def send(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
         """The script sent on `pipe` (loaded there when it opened): the future of its reply."""
-        return pipe.send("EVALSHA", self.sha, len(keys), *keys, *args, watched=True)
+        return pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
 
     async def call(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
         try:
