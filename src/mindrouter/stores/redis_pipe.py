@@ -93,8 +93,10 @@ class _Connection(asyncio.Protocol):
         for future in waiting:
             if not future.done():
                 future.set_exception(error)
-        if self.transport is not None:
-            self.transport.abort()
+        self._unwritten.clear()
+        transport, self.transport = self.transport, None
+        if transport is not None:
+            transport.abort()
 
 
 def _error_of(reply: redis_errors.ResponseError) -> redis_errors.ResponseError:
