@@ -15,8 +15,8 @@ subtracted, so what is left is what the requests cost. `--monitor` prints the MO
 a few requests.
 
 `cpu` starts two gateways, one from the working tree and one from the source of `--against`,
-and measures them interleaved, round after round, at the same open-loop rate (non-streamed)
-and then with closed-loop streams: the gateway's CPU (from /proc) per request.
+and measures them interleaved, round after round: non-streamed requests at an open-loop rate,
+then closed loop, then closed-loop streams; the gateway's CPU (from /proc) per request.
 """
 
 from __future__ import annotations
@@ -242,7 +242,8 @@ async def cpu(ns: argparse.Namespace) -> None:
     mock = await targets.start_mock(workdir)
     servers: list[targets.Server] = [mock]
     names = (ns.against, "working tree")
-    rows: dict[str, dict[str, list[float]]] = {n: {"unary": [], "stream": []} for n in names}
+    kinds = ("unary", "unary closed", "stream")
+    rows: dict[str, dict[str, list[float]]] = {n: {k: [] for k in kinds} for n in names}
     loads: list[float] = []
     try:
         shape = {"first_token_ms": 0, "chunks": ns.chunks, "gap_ms": 0}
@@ -269,6 +270,11 @@ async def cpu(ns: argparse.Namespace) -> None:
                 ok = sum(r.ok for r in results)
                 rows[n]["unary"].append((t.server.cpu() - c0) / max(1, ok) * 1e3)
                 c0 = t.server.cpu()
+                results, _ = await closed_loop(t.pool, unary[n], ns.streams, ns.duration)
+                await asyncio.sleep(0.3)
+                ok = sum(r.ok for r in results)
+                rows[n]["unary closed"].append((t.server.cpu() - c0) / max(1, ok) * 1e3)
+                c0 = t.server.cpu()
                 results, _ = await closed_loop(
                     t.pool, stream[n], ns.streams, ns.duration, stream=True
                 )
@@ -277,8 +283,9 @@ async def cpu(ns: argparse.Namespace) -> None:
                 rows[n]["stream"].append((t.server.cpu() - c0) / max(1, ok) * 1e3)
                 loads.append(os.getloadavg()[0])
                 print(
-                    f"  r{round_} {n:<14} unary {rows[n]['unary'][-1]:.3f} ms/req  "
-                    f"stream {rows[n]['stream'][-1]:.3f} ms/req  load {loads[-1]:.2f}",
+                    f"  r{round_} {n:<14} "
+                    + "  ".join(f"{k} {rows[n][k][-1]:.3f}" for k in kinds)
+                    + f" ms/req  load {loads[-1]:.2f}",
                     flush=True,
                 )
         for t in gws.values():
@@ -291,13 +298,14 @@ async def cpu(ns: argparse.Namespace) -> None:
         shutil.rmtree(old_src, ignore_errors=True)
     print(
         f"\nCPU ms per request, medians of {ns.rounds} interleaved rounds of {ns.duration:g} s "
-        f"(unary open loop {ns.rate:g}/s; {ns.streams} streams of {ns.chunks} chunks, closed "
-        f"loop); load average {min(loads):.2f}-{max(loads):.2f}"
+        f"(unary: open loop {ns.rate:g}/s, then closed loop {ns.streams} at a time; "
+        f"{ns.streams} streams of {ns.chunks} chunks, closed loop); load average "
+        f"{min(loads):.2f}-{max(loads):.2f}"
     )
-    base = {k: statistics.median(rows[names[0]][k]) for k in ("unary", "stream")}
+    base = {k: statistics.median(rows[names[0]][k]) for k in kinds}
     for n in names:
         cells = []
-        for k in ("unary", "stream"):
+        for k in kinds:
             m = statistics.median(rows[n][k])
             rel = (m - base[k]) / base[k] if base[k] and not math.isnan(base[k]) else 0.0
             cells.append(
