@@ -39,6 +39,9 @@ class Exchange:
         self._body = body
         self._body_sent = False
         self._left = asyncio.Event()
+        self._hold: bytes | None = None  # a body piece holding this is sent once resumed
+        self.held = asyncio.Event()
+        self._resume = asyncio.Event()
         self._messages: asyncio.Queue[Message | None] = asyncio.Queue()
         self.status = 0
         self.headers: dict[str, str] = {}
@@ -58,7 +61,19 @@ class Exchange:
         return {"type": "http.disconnect"}
 
     async def _send(self, message: Message) -> None:
+        hold = self._hold
+        if hold is not None and hold in message.get("body", b""):
+            self.held.set()
+            await self._resume.wait()
         await self._messages.put(message)
+
+    def hold_at(self, marker: bytes) -> None:
+        """The app's send of the body piece that holds `marker` waits until `resume()`: what
+        the app has done by the time its client could read that piece, and not after."""
+        self._hold = marker
+
+    def resume(self) -> None:
+        self._resume.set()
 
     async def _next(self) -> Message | None:
         message = await self._messages.get()

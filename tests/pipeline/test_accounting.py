@@ -94,3 +94,26 @@ async def test_a_stream_cut_after_its_first_bytes_is_an_error_charged_what_was_s
     assert row["output_tokens"] == 3 and row["output"] == "w0 w1 w2 "
     assert await g.period_tokens() - before == row["input_tokens"] + 3
     assert g.seen("cut-too") == 0
+
+
+# What each dialect's stream ends with: the piece a client reads as "the answer is over".
+ENDINGS = {"openai": b"[DONE]", "anthropic": b"message_stop", "ollama": b'"done":true'}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_a_stream_gives_its_concurrency_back_before_its_ending_is_sent(
+    gateway_factory: Factory, dialect: str
+) -> None:
+    # One request at a time: a client sending its next request as soon as it reads the ending
+    # (as agents do) must find the first one over, its tokens charged.
+    g = await gateway_factory([backend("one")], groups=[{"name": "testers", "max_concurrent": 1}])
+    first = g.begin(dialect, stream=True)
+    first.hold_at(ENDINGS[dialect])
+    assert (await first.start()).status == 200
+    await first.held.wait()  # the app is sending the ending, and has not sent it yet
+    status, body = await g.post(dialect)
+    assert status == 200, body
+    first.resume()
+    assert ENDINGS[dialect] in await first.read()
+    rows = await g.audit(2)
+    assert [r["status"] for r in rows] == ["ok", "ok"]

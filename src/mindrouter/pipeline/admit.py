@@ -4,8 +4,9 @@ A request is admitted against its estimate before it is queued, holding a ticket
 counters (renewed by the lease keeper while it runs, `leases.py`): with Redis, one round trip.
 Its clean-up settles the ticket with what was really used without waiting for Redis to answer:
 the settlement is on its way (ahead of anything this process sends Redis later) before the
-clean-up goes on, so before the response's last bytes, and a client that sends its next request
-when it has the answer finds its slot free. The counters are seeded from the durable usage the
+clean-up goes on, so before the answer's ending is sent (a stream's last event comes after the
+clean-up, `relay.stream`), and a client that sends its next request when it has the answer finds
+its slot free. The counters are seeded from the durable usage the
 first time a process sees a user (`usage_sync.py`).
 """
 

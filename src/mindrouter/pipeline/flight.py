@@ -10,7 +10,7 @@ request ended, it runs stage 12 in a task that cancellation cannot interrupt:
     2. mark the model as loaded
     3. complete the audit record (which charges the durable usage in the same transaction)
     4. settle the limit counters (quota; with Redis, sent without waiting for the answer, ahead
-       of anything the process sends Redis later, and before the response's last bytes)
+       of anything the process sends Redis later, and before the answer's ending is sent)
     5. the request's metrics and its final log line (`outcome.py`), once it was scheduled: one
        refused before that is the edge's refusal
 

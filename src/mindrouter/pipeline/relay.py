@@ -119,22 +119,27 @@ async def stream(
 ) -> Events:
     """A streamed request in its flight's scope: the dispatch, then the relay. It yields the
     first event twice: once to the caller that opens the stream, which only waits for it, then
-    to the client."""
+    to the client. The last event (the ending, or the failure) comes after the flight's
+    clean-up, so that a client sending its next request as soon as it reads the end finds its
+    concurrent request given back and its tokens settled."""
+    last: StreamEvent | None = None
     async with open_flight(s, ctx, req, spec) as flight:
         event, events = await dispatch.run(flight, req, first_of(s, flight, opener))
         try:
             yield event
             while True:
                 flight.see(event)
-                if isinstance(event, Done):
+                if isinstance(event, Done):  # the engine's last event: its stream ends next
                     flight.end("ok")
                     _observe_speed(s, flight)
-                yield event
-                if s.draining():
-                    raise Overloaded(
-                        "the gateway is shutting down and its grace period for open "
-                        "streams is over; retry the request"
-                    )
+                    last = event
+                else:
+                    yield event
+                    if s.draining():
+                        raise Overloaded(
+                            "the gateway is shutting down and its grace period for open "
+                            "streams is over; retry the request"
+                        )
                 try:
                     event = await anext(events)
                 except StopAsyncIteration:
@@ -143,11 +148,13 @@ async def stream(
             flight.end("error", exc)
             if isinstance(exc, UpstreamError) and flight.backend is not None:
                 dispatch.attempt_failed(flight.backend, exc)
-            yield StreamFailed(exc)
+            last = StreamFailed(exc)
         except Exception as exc:
             log.exception("stream relay failed", backend=flight.ctx.backend)
             error = InternalError(f"the stream failed inside the gateway: {exc}")
             flight.end("error", error)
-            yield StreamFailed(error)
+            last = StreamFailed(error)
         finally:
             await events.aclose()
+    if last is not None:
+        yield last
