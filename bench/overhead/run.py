@@ -1,8 +1,11 @@
 """The overhead benchmark: scenarios, interleaved over the targets, and the figures from them.
 
-Targets: `direct` (the client straight to the mock: the baseline), `mindrouter-bare`,
-`mindrouter-governed`, `litellm`. Every scenario runs each target in turn, in the same order,
-round after round (A B A B), so slow drift of a shared machine spreads over all of them.
+Targets: `direct` (the client straight to the mock: the baseline), `floor` (a bare Starlette +
+aiohttp relay), `mindrouter-governed` (PostgreSQL + Redis, `audit_commit: durable`),
+`mindrouter-governed-fast` (the same with `audit_commit: fast`), `litellm`, and the workers rows
+`mindrouter-governed-2w` (`serve --workers 2`) and `litellm-2w` (`--num_workers 2`). Every
+scenario runs its targets in turn, in the same order, round after round (A B A B), so slow drift
+of a shared machine spreads over all of them.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from bench.overhead import figures, report, targets
+from bench.overhead import figures, floor, report, scenarios, targets
 from bench.overhead.client import (
     Pool,
     Result,
@@ -37,13 +40,35 @@ from bench.overhead.client import (
     post,
     post_once,
 )
-from bench.overhead.targets import HOST, MODEL, Server
+from bench.overhead.targets import GATEWAY_CORE, HOST, MODEL, Server, Variant
 
 DIRECT = "direct"
+FLOOR = "floor"
 BARE = "mindrouter-bare"
-GOVERNED = "mindrouter-governed"
-LITELLM = "litellm"
-GATEWAYS = (BARE, GOVERNED, LITELLM)
+GOVERNED = scenarios.GOVERNED
+FAST = scenarios.FAST
+LITELLM = scenarios.LITELLM
+GOVERNED_2W = scenarios.GOVERNED_2W
+LITELLM_2W = scenarios.LITELLM_2W
+ORDER = (DIRECT, FLOOR, GOVERNED, FAST, LITELLM, GOVERNED_2W, LITELLM_2W)
+# The machine has two cores: one process gets core 1, two workers get both, and so share core 0
+# with the load client and the mock (the workers rows compare CPU per request and the balance
+# between the workers, not latency).
+GATEWAY_CORES = {1: GATEWAY_CORE, 2: "0,1"}
+MINDROUTER_TARGETS = {
+    GOVERNED: Variant(GOVERNED, {"audit_commit": "durable"}),
+    FAST: Variant(FAST, {"audit_commit": "fast"}),
+    GOVERNED_2W: Variant(
+        GOVERNED_2W, {"audit_commit": "durable"}, ("--workers", "2"), GATEWAY_CORES[2]
+    ),
+}
+# Who takes part in what. The floor relays unary requests only; the workers targets only run
+# the workers rows.
+SWEEP = (DIRECT, FLOOR, GOVERNED, FAST, LITELLM)
+UP_TO_FIXED_RATE = (FLOOR,)  # the floor's figure is its CPU per request at the fixed rate
+STREAMING = (DIRECT, GOVERNED, FAST, LITELLM)
+ACTIVE = (DIRECT, BARE, GOVERNED, LITELLM)  # large prompt, Anthropic format, disconnect
+SOAK = (GOVERNED,)
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 STREAM_CHUNKS = 64
@@ -61,7 +86,7 @@ class Plan:
     rounds: int
     stream_concurrency: tuple[int, ...]
     stream_s: float
-    bisect: bool
+    bisect: int  # bisection steps between the last rate held and the first that failed
     large_prompt: bool
     anthropic: bool
     disconnect: int  # streams cancelled per target; 0 = skip
@@ -69,6 +94,9 @@ class Plan:
     timeout_s: float = 5.0  # per request in the sweep
     quiesce_s: float = 20.0  # at most, for a gateway to work off its backlog between steps
     fixed_rate: int = 200
+    parity_s: float = 3.0  # per kind and round: the mock's unary answer against its stream
+    workers_s: float = 10.0  # per target and round in the workers rows
+    commit_probe_n: int = 500  # single-row commits, at the start and at the end
 
     @staticmethod
     def full() -> Plan:
@@ -77,13 +105,13 @@ class Plan:
             rates=(50, 100, 200, 300, 400, 500, 650, 800, 1000, 1250, 1500, 2000),
             step_s=10.0,
             rounds=2,
-            stream_concurrency=(1, 32, 256),
+            stream_concurrency=(4, 16, 32, 64, 128, 256),
             stream_s=8.0,
-            bisect=True,
+            bisect=2,
             large_prompt=True,
             anthropic=True,
             disconnect=100,
-            soak_s=60.0,
+            soak_s=45.0,
         )
 
     @staticmethod
@@ -93,15 +121,18 @@ class Plan:
             rates=(100, 200, 400),
             step_s=3.0,
             rounds=1,
-            stream_concurrency=(32,),
+            stream_concurrency=(4, 16, 32, 64),
             stream_s=2.0,
-            bisect=False,
+            bisect=0,
             large_prompt=False,
             anthropic=False,
             disconnect=0,
             soak_s=0.0,
             timeout_s=3.0,
             quiesce_s=5.0,
+            parity_s=1.0,
+            workers_s=3.0,
+            commit_probe_n=200,
         )
 
 
@@ -124,7 +155,21 @@ class Target:
         return post(HOST, self.port, path or self.chat_path, body, self.headers)
 
 
-def chat_body(*, stream: bool = False, content: str = "Say something.", **extra: Any) -> bytes:
+# In a request's messages: the mock answers a stream of it with the unary reply at once (see
+# bench/overhead/mock.py), as a gateway that collects an engine stream for a unary request needs.
+WHOLE = " [whole]"
+
+
+def chat_body(
+    *,
+    stream: bool = False,
+    content: str = "Say something.",
+    whole: bool | None = None,
+    **extra: Any,
+) -> bytes:
+    """`whole` (default: for a non-streamed request) adds the mock's `[whole]` marker."""
+    if whole if whole is not None else not stream:
+        content += WHOLE
     body: dict[str, Any] = {
         "model": MODEL,
         "messages": [{"role": "user", "content": content}],
@@ -147,6 +192,7 @@ def large_prompt_body() -> bytes:
     for i in range(40):
         role = "user" if i % 2 == 0 else "assistant"
         history.append({"role": role, "content": f"[{i}] " + paragraph * 14})
+    history[-1]["content"] += WHOLE
     tools = [
         {
             "type": "function",
@@ -182,7 +228,7 @@ def anthropic_body() -> bytes:
         {
             "model": MODEL,
             "max_tokens": 256,
-            "messages": [{"role": "user", "content": "Say something."}],
+            "messages": [{"role": "user", "content": "Say something." + WHOLE}],
         }
     )
 
@@ -274,27 +320,7 @@ class Bench:
         self.targets[DIRECT] = Target(DIRECT, mock, {}, Pool(HOST, mock.port))
         await self._configure_mock()
 
-        bare = await targets.start_mindrouter("bare", mock.port, workdir)
-        self.servers.append(bare)
-        self._add(BARE, bare, "/anthropic/v1/messages")
-
-        why = await targets.governed_available()
-        if why is None:
-            gov = await targets.start_mindrouter("governed", mock.port, workdir)
-            self.servers.append(gov)
-            self._add(GOVERNED, gov, "/anthropic/v1/messages")
-        else:
-            self.skipped[GOVERNED] = why
-            print(f"skipping {GOVERNED}: {why}", flush=True)
-
-        try:
-            ll = await targets.start_litellm(mock.port, workdir)
-            self.servers.append(ll)
-            self._add(LITELLM, ll, "/v1/messages")
-        except (RuntimeError, subprocess.CalledProcessError, OSError) as exc:
-            self.skipped[LITELLM] = f"LiteLLM could not be started: {exc}"
-            print(f"skipping {LITELLM}: {str(exc)[:500]}", flush=True)
-
+        await self._start_gateways(mock.port, workdir)
         for t in self.targets.values():
             await self._warm(t)
         await asyncio.sleep(1.0)
@@ -305,7 +331,38 @@ class Bench:
             t.idle = {"rss_mib": t.server.rss(), "cpu_pct": (t.server.cpu() - cpu0) / 2.0 * 100}
             print(f"  {t.name}: idle RSS {t.idle['rss_mib']:.1f} MiB", flush=True)
 
-    def _add(self, name: str, server: Server, anthropic: str) -> None:
+    async def _start_gateways(self, mock_port: int, workdir: Path) -> None:
+        """Every gateway at once (LiteLLM's start-up is slow and mostly waiting); MindRouter's
+        migrations and key creation run one after the other in the meantime."""
+        why = await targets.governed_available()
+        starts: dict[str, Any] = {}
+        for name, workers in ((LITELLM, 1), (LITELLM_2W, 2)):
+            starts[name] = targets.start_litellm(
+                mock_port, workdir, workers, GATEWAY_CORES[workers]
+            )
+        starts[FLOOR] = floor.start_floor(mock_port, workdir)
+        for name, variant in MINDROUTER_TARGETS.items():
+            if why is None:
+                starts[name] = targets.start_mindrouter(
+                    "governed", mock_port, workdir, None, variant
+                )
+            else:
+                self.skipped[name] = why
+        done = await asyncio.gather(*starts.values(), return_exceptions=True)
+        for name, got in zip(starts, done, strict=True):
+            if isinstance(got, BaseException):
+                self.skipped[name] = f"could not be started: {str(got)[:800]}"
+                print(f"skipping {name}: {str(got)[:500]}", flush=True)
+                continue
+            self.servers.append(got)
+            if name in (GOVERNED_2W, LITELLM_2W):
+                got.info["workers"] = 2
+                got.info["cores"] = GATEWAY_CORES[2]
+            anthropic = "/v1/messages" if name.startswith("litellm") else "/anthropic/v1/messages"
+            self._add(name, got, None if name == FLOOR else anthropic)
+        self.targets = {n: self.targets[n] for n in ORDER if n in self.targets}
+
+    def _add(self, name: str, server: Server, anthropic: str | None) -> None:
         headers = dict(server.headers)
         self.targets[name] = Target(
             name, server, headers, Pool(HOST, server.port), anthropic_path=anthropic
@@ -323,11 +380,12 @@ class Bench:
         bad = [r for r in results if not r.ok]
         if len(bad) == len(results):
             raise RuntimeError(f"{t.name} answers nothing during warm-up: {bad[0].error}")
-        await closed_loop(t.pool, t.raw(chat_body(stream=True)), 4, 1.0, stream=True)
-        await self._quiesce(t)
+        if t.name in STREAMING:
+            await closed_loop(t.pool, t.raw(chat_body(stream=True)), 4, 1.0, stream=True)
+        await self.quiesce(t)
 
     @contextlib.contextmanager
-    def _alone(self, t: Target) -> Iterator[None]:
+    def alone(self, t: Target) -> Iterator[None]:
         """Runs a measurement of `t` with every other gateway paused (SIGSTOP), so that a peer
         still working off the backlog of a rate it could not sustain (and the queue waits
         `quiesce_s` at most for that) takes no CPU from the gateway measured now; they share
@@ -349,7 +407,7 @@ class Bench:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
 
-    async def _quiesce(self, t: Target) -> None:
+    async def quiesce(self, t: Target) -> None:
         """Waits until `t` has stopped working off a backlog (its CPU use falls below 10 %)."""
         deadline = time.monotonic() + self.plan.quiesce_s
         t.server.refresh_pids()
@@ -376,9 +434,14 @@ class Bench:
     # -- scenarios -----------------------------------------------------------------------------
 
     def active(self) -> list[Target]:
-        return list(self.targets.values())
+        """The targets of the large-prompt, Anthropic-format and disconnect scenarios."""
+        return [t for t in self.targets.values() if t.name in ACTIVE]
 
-    async def _unary_step(
+    @property
+    def streaming(self) -> tuple[str, ...]:
+        return STREAMING
+
+    async def unary_step(
         self,
         t: Target,
         scenario: str,
@@ -389,7 +452,7 @@ class Bench:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         t.server.refresh_pids()
-        with self._alone(t):
+        with self.alone(t):
             cpu0 = t.server.cpu()
             results, t0 = await open_loop(
                 t.pool, raw, rate, duration, timeout=timeout or self.plan.timeout_s
@@ -408,30 +471,26 @@ class Bench:
             "loadavg_1m": os.getloadavg()[0],
         }
         self.points.append(point)
-        await self._quiesce(t)
+        await self.quiesce(t)
         return point
 
     async def sweep(self) -> dict[str, dict[str, Any]]:
         """Non-streaming requests at rising fixed rates until each gateway fails the test."""
         plan = self.plan
         raw = {n: t.raw(chat_body()) for n, t in self.targets.items()}
-        running = [n for n in self.targets if n != DIRECT]
+        running = [n for n in self.targets if n in SWEEP and n != DIRECT]
         best: dict[str, int | None] = dict.fromkeys(running)
         failed_at: dict[str, int] = {}
         for rate in plan.rates:
-            # Every gateway runs every rate up to the fixed one, whatever happened below it, so
-            # that the figures at that rate always exist; above it, a gateway stops at its
-            # first failure.
-            below = rate <= plan.fixed_rate or plan.short
-            names = [n for n in best if n in running or below]
+            # MindRouter and the floor run every rate up to the fixed one, whatever happened
+            # below it, so that the figures at that rate exist; the floor stops there. Others
+            # stop at their first failure: a gateway far past its capacity keeps working off the
+            # backlog of a rate it could not sustain, long after the step.
+            names = [n for n in best if n in running or (rate <= plan.fixed_rate and _keeps(n))]
+            names = [n for n in names if n not in UP_TO_FIXED_RATE or rate <= plan.fixed_rate]
             if not names:
                 break
-            for round_ in range(1, plan.rounds + 1):
-                for name in [DIRECT, *names]:
-                    p = await self._unary_step(
-                        self.targets[name], "sweep", raw[name], rate, plan.step_s, round_
-                    )
-                    _print_step(p)
+            await self._sweep_rate(names, raw, rate)
             for name in names:
                 if name not in running:
                     continue
@@ -440,59 +499,38 @@ class Bench:
                 else:
                     failed_at[name] = rate
                     running.remove(name)
-        if plan.bisect:
-            # One more point between the last rate that held and the first that did not; below
-            # the lowest rate when even that failed (a busy shared machine).
-            for name, fail in failed_at.items():
-                low = best[name] or 0
-                mid = int(round((low + fail) / 2 / 5) * 5)
-                if mid <= low or mid >= fail or mid < 5:
-                    continue
-                for round_ in range(1, plan.rounds + 1):
-                    for n in (DIRECT, name):
-                        p = await self._unary_step(
-                            self.targets[n], "sweep", raw[n], mid, plan.step_s, round_
-                        )
-                        _print_step(p)
-                if figures.sustained_at(self.points, name, mid):
-                    best[name] = mid
-                else:
-                    failed_at[name] = mid
+            for name in UP_TO_FIXED_RATE:
+                if name in running and rate >= plan.fixed_rate:
+                    running.remove(name)
+        for _ in range(plan.bisect):
+            await self._bisect(best, failed_at, raw)
         return {
             n: {"max_sustained_rps": best[n], "first_failing_rps": failed_at.get(n)} for n in best
         }
 
-    async def streams(self) -> None:
-        plan = self.plan
-        for conc in plan.stream_concurrency:
-            for t in self.active():
-                raw = t.raw(chat_body(stream=True))
-                t.server.refresh_pids()
-                with self._alone(t):
-                    cpu0 = t.server.cpu()
-                    results, _ = await closed_loop(
-                        t.pool, raw, conc, plan.stream_s, stream=True, timeout=4 * plan.timeout_s
-                    )
-                    cpu = t.server.cpu() - cpu0
-                point = {
-                    "scenario": "stream",
-                    "target": t.name,
-                    "concurrency": conc,
-                    "duration_s": plan.stream_s,
-                    **stream_summary(results, STREAM_CHUNKS),
-                    "cpu_s": cpu,
-                    "cpu_us_per_chunk": cpu / max(1, len(results) * STREAM_CHUNKS) * 1e6,
-                    "loadavg_1m": os.getloadavg()[0],
-                }
-                self.points.append(point)
-                print(
-                    f"  stream c={conc:<4} {t.name:<20} ok {point['ok']:>5}/{point['streams']:<5}"
-                    f" ttft p50 {point['ttft_p50_ms']:7.2f} p99 {point['ttft_p99_ms']:7.2f} ms"
-                    f"  chunks min {point['chunks_received_min']:>3}"
-                    f"  gap p99 {point['gap_p99_ms']:6.2f} ms",
-                    flush=True,
+    async def _sweep_rate(self, names: list[str], raw: dict[str, bytes], rate: int) -> None:
+        for round_ in range(1, self.plan.rounds + 1):
+            for name in [DIRECT, *names]:
+                p = await self.unary_step(
+                    self.targets[name], "sweep", raw[name], rate, self.plan.step_s, round_
                 )
-                await self._quiesce(t)
+                _print_step(p)
+
+    async def _bisect(
+        self, best: dict[str, int | None], failed_at: dict[str, int], raw: dict[str, bytes]
+    ) -> None:
+        """One more point between the last rate that held and the first that did not; below
+        the lowest rate when even that failed (a busy shared machine, or a slow peer)."""
+        for name, fail in list(failed_at.items()):
+            low = best[name] or 0
+            mid = int(round((low + fail) / 2 / 5) * 5)
+            if mid <= low or mid >= fail or mid < 5:
+                continue
+            await self._sweep_rate([name], raw, mid)
+            if figures.sustained_at(self.points, name, mid):
+                best[name] = mid
+            else:
+                failed_at[name] = mid
 
     async def fixed(
         self, scenario: str, bodies: Callable[[Target], bytes | None], rate: int, duration: float
@@ -501,7 +539,7 @@ class Bench:
             raw = bodies(t)
             if raw is None:
                 continue
-            p = await self._unary_step(t, scenario, raw, rate, duration, 1, timeout=15.0)
+            p = await self.unary_step(t, scenario, raw, rate, duration, 1, timeout=15.0)
             _print_step(p)
 
     async def disconnect(self) -> None:
@@ -517,7 +555,7 @@ class Bench:
             def body(i: int, t: Target = t, prefix: str = prefix) -> bytes:
                 return t.raw(chat_body(stream=True, content=f"Count slowly. [tag:{prefix}{i}]"))
 
-            with self._alone(t):
+            with self.alone(t):
                 results, _ = await open_loop(
                     t.pool, body, 25, n / 25, stream=True, cancel_after=5, timeout=15
                 )
@@ -565,7 +603,7 @@ class Bench:
                 ),
                 flush=True,
             )
-            await self._quiesce(t)
+            await self.quiesce(t)
 
     async def _usage(self, t: Target) -> dict[str, Any] | None:
         if not t.name.startswith("mindrouter"):
@@ -578,15 +616,15 @@ class Bench:
         return data if isinstance(data, dict) else None
 
     async def soak(self, sustained: dict[str, dict[str, Any]]) -> None:
-        for t in self.active():
-            if t.name == DIRECT:
+        for t in self.targets.values():
+            if t.name not in SOAK:
                 continue
             best = sustained.get(t.name, {}).get("max_sustained_rps") or 100
             rate = max(25, min(400, best // 2))
             raw = t.raw(chat_body())
             start = len(t.rss_samples)
             t0 = time.monotonic()
-            p = await self._unary_step(t, "soak", raw, rate, self.plan.soak_s, 1)
+            p = await self.unary_step(t, "soak", raw, rate, self.plan.soak_s, 1)
             samples = [(s - t0, m) for s, m in t.rss_samples[start:] if s - t0 >= 10]
             p["rss_slope_mib_per_min"] = _slope(samples) * 60 if len(samples) > 4 else None
             p["rss_start_mib"] = samples[0][1] if samples else None
@@ -606,10 +644,16 @@ class Bench:
         await self.setup()
         sampler = asyncio.create_task(self.sample())
         try:
+            print("PostgreSQL: single-row commits", flush=True)
+            await scenarios.commit_probe(self, "start")
+            print("mock: a unary answer against the same reply as a [whole] stream", flush=True)
+            await scenarios.mock_parity(self)
             print("sweep: non-streaming, open loop, rising rates", flush=True)
             sustained = await self.sweep()
-            print("streams: 64 chunks 10 ms apart, closed loop", flush=True)
-            await self.streams()
+            print("streams: 64 chunks 10 ms apart, closed loop, rising concurrency", flush=True)
+            await scenarios.stream_capacity(self)
+            print("workers: one process against --workers 2, new connections", flush=True)
+            await scenarios.workers(self)
             if plan.large_prompt:
                 print("large prompt: ~100 KB, 10 tools, 20 RPS", flush=True)
                 big = large_prompt_body()
@@ -635,6 +679,7 @@ class Bench:
             if plan.soak_s:
                 print(f"soak: {plan.soak_s:g} s at half the sustained rate", flush=True)
                 await self.soak(sustained)
+            await scenarios.commit_probe(self, "end")
         finally:
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -655,7 +700,17 @@ class Bench:
                 "duration_s": round(time.time() - self.started, 1),
                 "command": " ".join([".venv/bin/python", "-m", "bench.overhead", *sys.argv[1:]]),
                 "cores": os.cpu_count(),
-                "pinning": "gateways: taskset -c 1; load client and mock: core 0",
+                "pinning": (
+                    "gateways and the floor: taskset -c 1; the --workers 2 rows: taskset -c 0,1 "
+                    "(both cores, so their workers share core 0 with the client and the mock); "
+                    "load client and mock: core 0"
+                ),
+                "mock": (
+                    "unary requests answered at once; the gateways' engine streams for them "
+                    "(marker [whole]) answered at once with the same reply in 64 chunks, no "
+                    "delay or gaps; client streams: 20 ms to the first chunk, 64 chunks 10 ms "
+                    "apart"
+                ),
                 "loadavg_start": load_start,
                 "loadavg_end": load_end,
                 "loadavg_1m_max": max((v for _, v in self.load), default=load_end[0]),
@@ -708,6 +763,11 @@ class Bench:
                 print(f"logs kept in {workdir}", flush=True)
             else:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _keeps(name: str) -> bool:
+    """Runs every sweep rate up to the fixed one even after failing below it."""
+    return name.startswith("mindrouter") or name in UP_TO_FIXED_RATE
 
 
 def _slope(samples: list[tuple[float, float]]) -> float:
