@@ -12,16 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import platform
 import shutil
 import signal
-import statistics
-import subprocess
-import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,18 +23,34 @@ from typing import Any
 
 import orjson
 
-from bench.overhead import figures, floor, report, scenarios, targets
-from bench.overhead.client import (
-    Pool,
-    Result,
-    closed_loop,
-    get,
-    open_loop,
-    percentile,
-    post,
-    post_once,
+from bench.overhead import figures, floor, lifecycle, output, peer, report, scenarios, targets
+from bench.overhead.bodies import WHOLE, anthropic_body, chat_body, large_prompt_body
+from bench.overhead.client import Pool, closed_loop, open_loop, post, post_once
+from bench.overhead.measure import (
+    FIRST_TOKEN_MS,
+    STREAM_CHUNKS,
+    STREAM_GAP_MS,
+    stream_summary,
+    unary_summary,
 )
-from bench.overhead.targets import GATEWAY_CORE, HOST, MODEL, Server, Variant
+from bench.overhead.output import RESULTS, clean, print_step, rerender, write
+from bench.overhead.targets import GATEWAY_CORE, HOST, Server, Variant
+
+# Re-exported for the profilers (bench/overhead/profile*.py).
+__all__ = [
+    "FIRST_TOKEN_MS",
+    "RESULTS",
+    "STREAM_CHUNKS",
+    "STREAM_GAP_MS",
+    "WHOLE",
+    "Bench",
+    "Plan",
+    "Target",
+    "chat_body",
+    "rerender",
+    "stream_summary",
+    "unary_summary",
+]
 
 DIRECT = "direct"
 FLOOR = "floor"
@@ -69,11 +79,6 @@ UP_TO_FIXED_RATE = (FLOOR,)  # the floor's figure is its CPU per request at the 
 STREAMING = (DIRECT, GOVERNED, FAST, LITELLM)
 ACTIVE = (DIRECT, BARE, GOVERNED, LITELLM)  # large prompt, Anthropic format, disconnect
 SOAK = (GOVERNED,)
-RESULTS = Path(__file__).resolve().parents[1] / "results"
-
-STREAM_CHUNKS = 64
-STREAM_GAP_MS = 10.0
-FIRST_TOKEN_MS = 20.0
 
 
 @dataclass(frozen=True)
@@ -155,147 +160,6 @@ class Target:
         return post(HOST, self.port, path or self.chat_path, body, self.headers)
 
 
-# In a request's messages: the mock answers a stream of it with the unary reply at once (see
-# bench/overhead/mock.py), as a gateway that collects an engine stream for a unary request needs.
-WHOLE = " [whole]"
-
-
-def chat_body(
-    *,
-    stream: bool = False,
-    content: str = "Say something.",
-    whole: bool | None = None,
-    **extra: Any,
-) -> bytes:
-    """`whole` (default: for a non-streamed request) adds the mock's `[whole]` marker."""
-    if whole if whole is not None else not stream:
-        content += WHOLE
-    body: dict[str, Any] = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": content}],
-        "max_tokens": 256,
-    }
-    if stream:
-        body["stream"] = True
-        body["stream_options"] = {"include_usage": True}
-    body.update(extra)
-    return orjson.dumps(body)
-
-
-def large_prompt_body() -> bytes:
-    """~100 KB of conversation and ten tools, as an agent's request looks."""
-    paragraph = (
-        "The quarterly report lists revenue by region, the cost of goods sold, and the operating "
-        "margin, with notes on currency effects and one-off items that the auditors flagged. "
-    )
-    history = []
-    for i in range(40):
-        role = "user" if i % 2 == 0 else "assistant"
-        history.append({"role": role, "content": f"[{i}] " + paragraph * 14})
-    history[-1]["content"] += WHOLE
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": f"tool_{i}",
-                "description": f"Looks up record kind {i} by its identifier and returns the "
-                "fields asked for, with their provenance.",
-                "parameters": {
-                    "type": "object",
-                    "properties": {
-                        "id": {"type": "string", "description": "the record identifier"},
-                        "fields": {"type": "array", "items": {"type": "string"}},
-                        "as_of": {"type": "string", "format": "date"},
-                    },
-                    "required": ["id"],
-                },
-            },
-        }
-        for i in range(10)
-    ]
-    return orjson.dumps(
-        {
-            "model": MODEL,
-            "messages": [{"role": "system", "content": "You are a careful analyst."}, *history],
-            "tools": tools,
-            "max_tokens": 256,
-        }
-    )
-
-
-def anthropic_body() -> bytes:
-    return orjson.dumps(
-        {
-            "model": MODEL,
-            "max_tokens": 256,
-            "messages": [{"role": "user", "content": "Say something." + WHOLE}],
-        }
-    )
-
-
-# -- measuring -----------------------------------------------------------------------------------
-
-
-def unary_summary(results: list[Result], t0: float, rate: float | None) -> dict[str, Any]:
-    ok = [r for r in results if r.ok]
-    lat = [r.latency * 1000 for r in ok]
-    errors = Counter(r.error or f"HTTP {r.status}" for r in results if not r.ok)
-    out: dict[str, Any] = {
-        "requests": len(results),
-        "ok": len(ok),
-        "errors": sum(errors.values()),
-        "error_rate": (len(results) - len(ok)) / len(results) if results else 0.0,
-        "error_kinds": dict(errors.most_common(5)),
-        "p50_ms": percentile(lat, 50),
-        "p90_ms": percentile(lat, 90),
-        "p99_ms": percentile(lat, 99),
-        "max_ms": max(lat) if lat else float("nan"),
-        "mean_ms": statistics.fmean(lat) if lat else float("nan"),
-    }
-    if rate is not None and ok:
-        span = max(r.done for r in ok) - t0
-        intended = len(results) / rate
-        out["offered_rps"] = rate
-        out["achieved_rps"] = len(ok) / max(span, intended)
-        out["achieved_ratio"] = out["achieved_rps"] / rate
-    elif rate is not None:
-        out.update(offered_rps=rate, achieved_rps=0.0, achieved_ratio=0.0)
-    return out
-
-
-def stream_summary(results: list[Result], chunks_sent: int) -> dict[str, Any]:
-    ok = [r for r in results if r.ok and r.events]
-    ttft = [(r.events[0] - r.sent) * 1000 for r in ok]
-    counts = [len(r.events) for r in ok]
-    gaps = [(b - a) * 1000 for r in ok for a, b in zip(r.events, r.events[1:], strict=False)]
-    events = sum(counts)
-    reads = sum(r.reads for r in ok)
-    return {
-        "streams": len(results),
-        "ok": len(ok),
-        "errors": len(results) - len(ok),
-        "error_rate": (len(results) - len(ok)) / len(results) if results else 0.0,
-        "error_kinds": dict(
-            Counter(r.error or f"HTTP {r.status}" for r in results if not r.ok).most_common(5)
-        ),
-        "ttft_p50_ms": percentile(ttft, 50),
-        "ttft_p99_ms": percentile(ttft, 99),
-        "chunks_sent": chunks_sent,
-        "chunks_received_min": min(counts) if counts else 0,
-        "chunks_received_median": statistics.median(counts) if counts else 0,
-        # Fewer content events than the backend sent: the gateway merged deltas.
-        "coalesced_streams": sum(1 for c in counts if c < chunks_sent),
-        # Events that arrived in the same socket read as the one before them (the client may
-        # simply have read late; only coalesced_streams is a statement about the gateway).
-        "same_read_fraction": (events - reads) / events if events else 0.0,
-        "gap_p50_ms": percentile(gaps, 50),
-        "gap_p99_ms": percentile(gaps, 99),
-        "gap_max_ms": max(gaps) if gaps else float("nan"),
-        "gap_distortion_p99_ms": percentile([abs(g - STREAM_GAP_MS) for g in gaps], 99),
-        "duration_p50_ms": percentile([(r.events[-1] - r.sent) * 1000 for r in ok], 50),
-    }
-
-
 class Bench:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
@@ -337,9 +201,7 @@ class Bench:
         why = await targets.governed_available()
         starts: dict[str, Any] = {}
         for name, workers in ((LITELLM, 1), (LITELLM_2W, 2)):
-            starts[name] = targets.start_litellm(
-                mock_port, workdir, workers, GATEWAY_CORES[workers]
-            )
+            starts[name] = peer.start_litellm(mock_port, workdir, workers, GATEWAY_CORES[workers])
         starts[FLOOR] = floor.start_floor(mock_port, workdir)
         for name, variant in MINDROUTER_TARGETS.items():
             if why is None:
@@ -514,7 +376,7 @@ class Bench:
                 p = await self.unary_step(
                     self.targets[name], "sweep", raw[name], rate, self.plan.step_s, round_
                 )
-                _print_step(p)
+                print_step(p)
 
     async def _bisect(
         self, best: dict[str, int | None], failed_at: dict[str, int], raw: dict[str, bytes]
@@ -540,101 +402,7 @@ class Bench:
             if raw is None:
                 continue
             p = await self.unary_step(t, scenario, raw, rate, duration, 1, timeout=15.0)
-            _print_step(p)
-
-    async def disconnect(self) -> None:
-        """Streams cancelled by the client after 5 chunks: how long until the backend sees it,
-        and (MindRouter) whether the partial usage was charged and the slot given back."""
-        n = self.plan.disconnect
-        assert self.mock is not None
-        for t in self.active():
-            await post_once(HOST, self.mock.port, "/_reset", b"{}")
-            before = await self._usage(t)
-            prefix = t.name.replace("-", "")
-
-            def body(i: int, t: Target = t, prefix: str = prefix) -> bytes:
-                return t.raw(chat_body(stream=True, content=f"Count slowly. [tag:{prefix}{i}]"))
-
-            with self.alone(t):
-                results, _ = await open_loop(
-                    t.pool, body, 25, n / 25, stream=True, cancel_after=5, timeout=15
-                )
-                await asyncio.sleep(2.0)
-            stats = orjson.loads(await get(HOST, self.mock.port, "/_stats"))
-            after = await self._usage(t)
-            closed = stats["closed_early"]
-            delays = []
-            unseen = 0
-            for i, r in enumerate(results):
-                seen = closed.get(f"{prefix}{i}")
-                if r.cancelled_at is None:
-                    continue
-                if seen is None:
-                    unseen += 1
-                else:
-                    delays.append((seen - r.cancelled_at) * 1000)
-            cancelled = sum(1 for r in results if r.cancelled_at is not None)
-            point: dict[str, Any] = {
-                "scenario": "disconnect",
-                "target": t.name,
-                "streams": len(results),
-                "cancelled": cancelled,
-                "backend_saw_close": len(delays),
-                "backend_never_saw_close": unseen,
-                "close_delay_p50_ms": percentile(delays, 50),
-                "close_delay_p99_ms": percentile(delays, 99),
-                "close_delay_max_ms": max(delays) if delays else float("nan"),
-            }
-            if before is not None and after is not None:
-                charged = after["period_tokens"] - before["period_tokens"]
-                point["tokens_charged_per_cancelled_stream"] = charged / max(1, cancelled)
-                point["in_flight_after"] = after.get("in_flight")
-                point["reserved_tokens_after"] = after.get("reserved_tokens")
-            self.points.append(point)
-            print(
-                f"  disconnect {t.name:<20} cancelled {cancelled:>4} backend saw "
-                f"{len(delays):>4} p50 {point['close_delay_p50_ms']:7.2f} ms "
-                f"p99 {point['close_delay_p99_ms']:7.2f} ms"
-                + (
-                    f"  charged/stream {point['tokens_charged_per_cancelled_stream']:.1f}"
-                    f" in_flight {point['in_flight_after']}"
-                    if "in_flight_after" in point
-                    else ""
-                ),
-                flush=True,
-            )
-            await self.quiesce(t)
-
-    async def _usage(self, t: Target) -> dict[str, Any] | None:
-        if not t.name.startswith("mindrouter"):
-            return None
-        try:
-            data = orjson.loads(await get(HOST, t.port, "/v1/usage", t.headers))
-        except Exception as exc:
-            self.notes.append(f"{t.name}: /v1/usage failed: {exc}")
-            return None
-        return data if isinstance(data, dict) else None
-
-    async def soak(self, sustained: dict[str, dict[str, Any]]) -> None:
-        for t in self.targets.values():
-            if t.name not in SOAK:
-                continue
-            best = sustained.get(t.name, {}).get("max_sustained_rps") or 100
-            rate = max(25, min(400, best // 2))
-            raw = t.raw(chat_body())
-            start = len(t.rss_samples)
-            t0 = time.monotonic()
-            p = await self.unary_step(t, "soak", raw, rate, self.plan.soak_s, 1)
-            samples = [(s - t0, m) for s, m in t.rss_samples[start:] if s - t0 >= 10]
-            p["rss_slope_mib_per_min"] = _slope(samples) * 60 if len(samples) > 4 else None
-            p["rss_start_mib"] = samples[0][1] if samples else None
-            p["rss_end_mib"] = samples[-1][1] if samples else None
-            _print_step(p)
-            print(
-                f"    RSS {p['rss_start_mib']} -> {p['rss_end_mib']} MiB, slope "
-                f"{p['rss_slope_mib_per_min']} MiB/min",
-                flush=True,
-            )
+            print_step(p)
 
     # -- the whole run ---------------------------------------------------------------------------
 
@@ -675,82 +443,17 @@ class Bench:
                 )
             if plan.disconnect:
                 print(f"disconnect: {plan.disconnect} streams cancelled after 5 chunks", flush=True)
-                await self.disconnect()
+                await lifecycle.disconnect(self)
             if plan.soak_s:
                 print(f"soak: {plan.soak_s:g} s at half the sustained rate", flush=True)
-                await self.soak(sustained)
+                await lifecycle.soak(self, sustained, SOAK)
             await scenarios.commit_probe(self, "end")
         finally:
             sampler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sampler
         load_end = os.getloadavg()
-        return self.results(sustained, load_start, load_end)
-
-    def results(
-        self,
-        sustained: dict[str, dict[str, Any]],
-        load_start: tuple[float, float, float],
-        load_end: tuple[float, float, float],
-    ) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "meta": {
-                "mode": "short" if self.plan.short else "full",
-                "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
-                "duration_s": round(time.time() - self.started, 1),
-                "command": " ".join([".venv/bin/python", "-m", "bench.overhead", *sys.argv[1:]]),
-                "cores": os.cpu_count(),
-                "pinning": (
-                    "gateways and the floor: taskset -c 1; the --workers 2 rows: taskset -c 0,1 "
-                    "(both cores, so their workers share core 0 with the client and the mock); "
-                    "load client and mock: core 0"
-                ),
-                "mock": (
-                    "unary requests answered at once; the gateways' engine streams for them "
-                    "(marker [whole]) answered at once with the same reply in 64 chunks, no "
-                    "delay or gaps; client streams: 20 ms to the first chunk, 64 chunks 10 ms "
-                    "apart"
-                ),
-                "loadavg_start": load_start,
-                "loadavg_end": load_end,
-                "loadavg_1m_max": max((v for _, v in self.load), default=load_end[0]),
-                "loadavg_1m_samples": self.load,
-                "python": platform.python_version(),
-                "mindrouter_commit": _git_rev(),
-                "litellm": targets.litellm_env.LITELLM,
-                "plan": self.plan.__dict__,
-                "skipped": self.skipped,
-                "sweep_decisions": sustained,
-                "notes": self.notes,
-                "criteria": {
-                    "min_achieved_ratio": figures.MIN_ACHIEVED,
-                    "max_error_rate": figures.MAX_ERROR_RATE,
-                    "max_added_p99_ms": figures.MAX_ADDED_P99_MS,
-                },
-            },
-            "targets": {
-                n: {
-                    "port": t.port,
-                    **t.server.info,
-                    "idle": t.idle,
-                    "rss_peak_mib": max((m for _, m in t.rss_samples), default=None),
-                }
-                for n, t in self.targets.items()
-            },
-            "points": self.points,
-        }
-        data["figures"] = figures.figures(data)
-        return data
-
-    def _point(self, scenario: str, name: str, **match: Any) -> dict[str, Any] | None:
-        for p in self.points:
-            if (
-                p["scenario"] == scenario
-                and p["target"] == name
-                and all(p.get(k) == v for k, v in match.items())
-            ):
-                return p
-        return None
+        return output.results(self, sustained, load_start, load_end)
 
     async def close(self, keep_logs: bool = False) -> None:
         for t in self.targets.values():
@@ -770,66 +473,6 @@ def _keeps(name: str) -> bool:
     return name.startswith("mindrouter") or name in UP_TO_FIXED_RATE
 
 
-def _slope(samples: list[tuple[float, float]]) -> float:
-    xs = [x for x, _ in samples]
-    ys = [y for _, y in samples]
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    den = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in samples) / den if den else 0.0
-
-
-def _git_rev() -> str | None:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=targets.REPO,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
-def _print_step(p: dict[str, Any]) -> None:
-    print(
-        f"  {p['scenario']:<12} {p['target']:<20} r{p['round']} {p['rate']:>5} rps: "
-        f"ok {p['ok']:>6}/{p['requests']:<6} achieved {p.get('achieved_ratio', 0):6.3f}  "
-        f"p50 {p['p50_ms']:8.2f} p99 {p['p99_ms']:8.2f} ms  "
-        f"cpu {p['cpu_us_per_request']:7.0f} µs/req  load {p['loadavg_1m']:.1f}",
-        flush=True,
-    )
-
-
-def _clean(value: Any) -> Any:
-    """NaN is not JSON: null instead."""
-    if isinstance(value, float) and value != value:
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
-def write(data: dict[str, Any], stem: str) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(_clean(data), indent=1) + "\n")
-    (RESULTS / f"{stem}.md").write_text(report.markdown(_clean(data)))
-    print(f"wrote {RESULTS / stem}.json and .md", flush=True)
-
-
-def rerender(path: Path) -> int:
-    """Re-derives the figures and the report of a results file from its points."""
-    data = json.loads(path.read_text())
-    for name, f in data.get("figures", {}).items():
-        peak = (f.get("memory") or {}).get("peak_mib")
-        data["targets"].get(name, {}).setdefault("rss_peak_mib", peak)
-    data["figures"] = figures.figures(data)
-    write(data, path.stem)
-    return 0
-
-
 async def main(short: bool) -> int:
     with contextlib.suppress(OSError, AttributeError):
         os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
@@ -842,6 +485,6 @@ async def main(short: bool) -> int:
     finally:
         # The servers' logs are worth keeping only when something went wrong.
         await bench.close(keep_logs=not ok)
-    print(report.markdown(_clean(data)))
+    print(report.markdown(clean(data)))
     write(data, "overhead-short" if short else "overhead")
     return 0

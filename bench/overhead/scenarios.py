@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 from bench.overhead import targets
+from bench.overhead.bodies import chat_body
 from bench.overhead.client import closed_loop, open_loop, percentile, post
+from bench.overhead.measure import STREAM_CHUNKS, stream_summary
 
 if TYPE_CHECKING:
     from bench.overhead.run import Bench, Target
@@ -40,8 +42,6 @@ async def mock_parity(bench: Bench) -> None:
     """Direct to the mock: a unary request and the same reply as a `[whole]` stream, in turn, at
     the fixed rate. Their latencies should be equal: that is what makes the gateway's collected
     stream comparable with the direct unary answer."""
-    from bench.overhead.run import chat_body
-
     t = bench.targets[DIRECT]
     rate, duration = bench.plan.fixed_rate, bench.plan.parity_s
     bodies = {
@@ -75,8 +75,6 @@ async def mock_parity(bench: Bench) -> None:
 async def stream_capacity(bench: Bench) -> None:
     """Closed-loop streams at each concurrency of the plan: direct and governed at all of them,
     the other gateways at one; CPU per relayed chunk from the process tree's utime + stime."""
-    from bench.overhead.run import STREAM_CHUNKS, chat_body, stream_summary
-
     plan = bench.plan
     for conc in plan.stream_concurrency:
         for t in list(bench.targets.values()):
@@ -125,8 +123,6 @@ async def workers(bench: Bench) -> None:
     """One process against `--workers 2` at the same rate, interleaved, with each worker's CPU
     (its own process tree, from /proc) as its share of the work. No direct baseline: these
     rows compare CPU and balance, not latency."""
-    from bench.overhead.run import chat_body
-
     plan = bench.plan
     body = chat_body()
     for round_ in range(1, plan.rounds + 1):
