@@ -100,6 +100,10 @@ async def _soak(stack: Stack, seconds: float, cycle: float, seed: int) -> tuple[
     return load, schedule
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos")
     parser.add_argument("--seconds", type=float, default=600)
@@ -110,6 +114,9 @@ def main() -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="mindrouter-chaos-"))
     stack = Stack(workdir)
+    # A soak stopped with SIGTERM (a CI timeout, `kill`) still takes down the Redis server,
+    # the replicas and the backends it started: the exit runs the `finally` below.
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     started = time.time()
     try:
         stack.up()

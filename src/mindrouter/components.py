@@ -20,7 +20,7 @@ from mindrouter.routing.catalog import (
 )
 from mindrouter.scheduling import InMemoryFairShareState
 from mindrouter.settings import ModelSettings, Settings
-from mindrouter.stores.breakers import SharedBreakers
+from mindrouter.stores.breakers import BreakerTiming, SharedBreakers
 from mindrouter.stores.fairshare import RedisFairShareState
 from mindrouter.stores.limits import (
     LimitStore,
@@ -134,5 +134,7 @@ def build_sharing(settings: Settings, catalog: Catalog) -> Sharing:
     fairshare.contended = lambda: slots.contended
     # The half-open probe may outlast the longest attempt.
     probe_lease = settings.timeouts.total + 10.0
-    breakers = SharedBreakers(link(SharedBreakers), catalog.backends, probe_lease=probe_lease)
+    breakers = SharedBreakers(
+        link(SharedBreakers), catalog.backends, BreakerTiming(probe_lease=probe_lease)
+    )
     return Sharing(fairshare, slots, breakers, (fairshare, breakers, slots))

@@ -12,7 +12,7 @@ from pathlib import Path
 from mindrouter.pipeline.journal import Journal, journal_dir, orphans
 from mindrouter.pipeline.recovery import Recovery
 from mindrouter.stores.limits.memory import MemoryLimitStore
-from mindrouter.stores.sql.instances import Checkpoint, SweepResult
+from mindrouter.stores.records import Checkpoint, SweepResult
 
 _CHILD = """
 import os, sys, time

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.breaker import Breaker
 from mindrouter.routing.catalog import BackendState
-from mindrouter.stores.breakers import SharedBreakers
+from mindrouter.stores.breakers import BreakerTiming, SharedBreakers
 from mindrouter.stores.shared import RedisLink
 
 from .deployment import Deployment as BaseDeployment
@@ -38,7 +38,7 @@ class Deployment(BaseDeployment[SharedBreakers]):
             BackendConfig("gpu-1", "vllm", "http://gpu-1"), breaker=Breaker(threshold, COOLDOWN)
         )
         link, kw = linked(client, self.prefix, kw)
-        return self.track(SharedBreakers(link, [backend], **kw), client), backend
+        return self.track(SharedBreakers(link, [backend], BreakerTiming(**kw)), client), backend
 
 
 @pytest.fixture

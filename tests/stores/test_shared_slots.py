@@ -24,7 +24,7 @@ from mindrouter.routing.backend_config import BackendConfig
 from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import Standing
 from mindrouter.stores.shared import RedisLink
-from mindrouter.stores.slots import SharedSlots
+from mindrouter.stores.slots import SharedSlots, SlotTiming
 
 from .deployment import Deployment as BaseDeployment
 from .fairshare.conftest import linked, new_client
@@ -62,7 +62,7 @@ class Deployment(BaseDeployment[SharedSlots]):
             for n in ("gpu-1", "gpu-2")
         ]
         link, kw = linked(client, self.prefix, kw)
-        board = self.track(SharedSlots(link, backends, **kw), client)
+        board = self.track(SharedSlots(link, backends, SlotTiming(**kw)), client)
         gate = FakeGate()
         board.attach(gate)
         return Process(board, backends, gate)
@@ -208,7 +208,9 @@ async def test_without_redis_the_last_counts_hold_for_the_ttl_then_each_counts_a
     broken = Redis(host="127.0.0.1", port=1, socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
     b = deployment.process(client=broken, ttl=0.3, timeout=0.5)
     # b reached Redis once (an ordinary client over the same prefix stands for that moment).
-    healthy = SharedSlots(RedisLink(new_client(), deployment.prefix), [b.gpu1, b.gpu2], ttl=0.3)
+    healthy = SharedSlots(
+        RedisLink(new_client(), deployment.prefix), [b.gpu1, b.gpu2], SlotTiming(ttl=0.3)
+    )
     assert await healthy.sync()
     await healthy.stop()  # withdraws nothing of a's
     assert b.gpu1.full

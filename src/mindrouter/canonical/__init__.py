@@ -34,6 +34,7 @@ from mindrouter.canonical.request import (
     CompletionRequest,
     Effort,
     EmbeddingRequest,
+    GenerationRequest,
     Modality,
     Reasoning,
     RelevanceRequest,
@@ -43,6 +44,7 @@ from mindrouter.canonical.request import (
     ToolChoice,
 )
 from mindrouter.canonical.response import (
+    AnyResult,
     ChatResult,
     Choice,
     EmbeddingResult,
@@ -54,6 +56,7 @@ from mindrouter.canonical.response import (
 __all__ = [
     "EFFORTS",
     "AnyRequest",
+    "AnyResult",
     "ChatAssembler",
     "ChatRequest",
     "ChatResult",
@@ -65,6 +68,7 @@ __all__ = [
     "EmbeddingResult",
     "Finish",
     "FinishReason",
+    "GenerationRequest",
     "ImagePart",
     "Message",
     "Modality",

@@ -155,3 +155,5 @@ class RelevanceRequest:
 
 
 AnyRequest = ChatRequest | CompletionRequest | EmbeddingRequest | RelevanceRequest
+# What an engine answers with generated text (streamed, or collected into one answer).
+GenerationRequest = ChatRequest | CompletionRequest

@@ -67,3 +67,6 @@ class RelevanceResult:
     model: str
     scores: list[float]
     usage: Usage
+
+
+AnyResult = ChatResult | EmbeddingResult | RelevanceResult

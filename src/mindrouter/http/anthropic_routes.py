@@ -58,7 +58,7 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
         message_id = "msg_" + ctx.request_id.removeprefix("chatcmpl-")
         headers = {"request-id": ctx.request_id}
         if req.stream:
-            events = await gateway.open_chat_stream(ctx, req)
+            events = await gateway.open_stream(ctx, req)
             encoder = dialect.MessagesStreamEncoder(
                 message_id=message_id,
                 model=req.model,
@@ -68,7 +68,7 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
                 return_reasoning=req.reasoning.return_reasoning,
             )
             return stream_response(encoder, events, ctx, headers)
-        result = await gateway.chat(ctx, req)
+        result = await gateway.generate(ctx, req)
         response = json_response(
             dialect.encode_messages_response(
                 result,

@@ -13,7 +13,6 @@ from starlette.routing import BaseRoute, Route
 from mindrouter import __version__
 from mindrouter.canonical import (
     ChatAssembler,
-    ChatRequest,
     ChatResult,
     ReasoningDelta,
     StreamEvent,
@@ -107,7 +106,7 @@ def _inference_routes(gateway: Gateway, entry: Entry) -> list[BaseRoute]:
                 ctx,
             )
         req = dialect.decode_chat_request(body)
-        events = await gateway.open_chat_stream(ctx, req)
+        events = await gateway.open_stream(ctx, req)
         if req.stream:
             return stream_response(_streamer(ctx, req.model, False), events, ctx)
         result, first_output = await _collect(req.model, events)
@@ -133,10 +132,7 @@ def _inference_routes(gateway: Gateway, entry: Entry) -> list[BaseRoute]:
                 ),
                 ctx,
             )
-        if isinstance(req, ChatRequest):
-            events = await gateway.open_chat_stream(ctx, req)
-        else:
-            events = await gateway.open_complete_stream(ctx, req)
+        events = await gateway.open_stream(ctx, req)
         if req.stream:
             return stream_response(_streamer(ctx, req.model, True), events, ctx)
         result, first_output = await _collect(req.model, events)

@@ -26,7 +26,7 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def chat_completions(ctx: RequestContext, body: Any) -> Response:
         req = dialect.decode_chat_request(body)
         if req.stream:
-            events = await gateway.open_chat_stream(ctx, req)
+            events = await gateway.open_stream(ctx, req)
             encoder = dialect.ChatStreamEncoder(
                 request_id=ctx.request_id,
                 model=req.model,
@@ -35,7 +35,7 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
                 reasoning_field=reasoning_field,
             )
             return stream_response(encoder, events, ctx)
-        result = await gateway.chat(ctx, req)
+        result = await gateway.generate(ctx, req)
         return json_response(
             dialect.encode_chat_response(
                 result,
@@ -51,7 +51,7 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def completions(ctx: RequestContext, body: Any) -> Response:
         req = dialect.decode_completion_request(body)
         if req.stream:
-            events = await gateway.open_complete_stream(ctx, req)
+            events = await gateway.open_stream(ctx, req)
             encoder = dialect.CompletionStreamEncoder(
                 request_id=ctx.request_id,
                 model=req.model,
@@ -59,7 +59,7 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
                 include_usage=dialect.wants_usage(body),
             )
             return stream_response(encoder, events, ctx)
-        result = await gateway.complete(ctx, req)
+        result = await gateway.generate(ctx, req)
         return json_response(
             dialect.encode_completion_response(
                 result, request_id=ctx.request_id, created=ctx.created, model=req.model

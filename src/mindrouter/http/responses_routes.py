@@ -135,14 +135,14 @@ def _create_routes(
             prior_count=len(prior_items),
         )
         if req.stream:
-            events = await gateway.open_chat_stream(ctx, req)
+            events = await gateway.open_stream(ctx, req)
             encoder = dialect.ResponsesStreamEncoder(shape)
 
             async def before_end() -> None:
                 await keep(encoder.final)
 
             return stream_response(encoder, events, ctx, before_end=before_end)
-        result = await gateway.chat(ctx, req)
+        result = await gateway.generate(ctx, req)
         response = dialect.encode_response(result, shape, now=int(time.time()))
         await keep(response)
         return json_response(response, ctx)

@@ -19,8 +19,8 @@ import orjson
 
 from mindrouter.canonical import (
     AnyRequest,
+    AnyResult,
     ChatRequest,
-    ChatResult,
     CompletionRequest,
     EmbeddingRequest,
     EmbeddingResult,
@@ -68,7 +68,7 @@ def audit_messages(req: AnyRequest) -> Any:
     ]
 
 
-def output_text(result: ChatResult | EmbeddingResult | RelevanceResult) -> str | None:
+def output_text(result: AnyResult) -> str | None:
     """What the audit record keeps as the output: the text, or the scores of a rerank."""
     if isinstance(result, EmbeddingResult):
         return None
@@ -77,6 +77,29 @@ def output_text(result: ChatResult | EmbeddingResult | RelevanceResult) -> str |
     choice = result.first
     calls = "".join(f"\n[tool call {c.name}] {c.arguments}" for c in choice.tool_calls)
     return choice.text + calls
+
+
+def audit_start(
+    s: Services, ctx: RequestContext, model: str, req: AnyRequest | None = None
+) -> AuditStart:
+    """The start of the caller's record for `model`: who asked, from where, and what (`req`;
+    None for a request refused before it is read)."""
+    p = ctx.principal
+    assert p is not None
+    return AuditStart(
+        messages=None if req is None else audit_messages(req),
+        user_id=p.user_id,
+        user_name=p.user_name,
+        key_id=p.key_id,
+        key_prefix=p.key_prefix,
+        model=model,
+        stream=bool(getattr(req, "stream", False)),
+        endpoint=ctx.endpoint,
+        client_ip=ctx.client_ip,
+        user_agent=ctx.user_agent,
+        request_id=ctx.request_id,
+        instance_id=s.recovery.instance_id if s.recovery is not None else None,
+    )
 
 
 class AuditRecord:
@@ -91,23 +114,8 @@ class AuditRecord:
         progress: Callable[[], Usage | None],
     ) -> None:
         """Starts committing the record; `progress` is what the request has used so far."""
-        assert ctx.principal is not None
-        p = ctx.principal
         self.s = s
-        self.start = AuditStart(
-            user_id=p.user_id,
-            user_name=p.user_name,
-            key_id=p.key_id,
-            key_prefix=p.key_prefix,
-            model=spec.name,
-            endpoint=ctx.endpoint,
-            messages=audit_messages(req),
-            stream=bool(getattr(req, "stream", False)),
-            client_ip=ctx.client_ip,
-            user_agent=ctx.user_agent,
-            request_id=ctx.request_id,
-            instance_id=s.recovery.instance_id if s.recovery is not None else None,
-        )
+        self.start = audit_start(s, ctx, spec.name, req)
         self.begun = asyncio.ensure_future(s.audit.begin(self.start))  # its start committed
         # Its place in the process's journal, rewritten at each output chunk (`Flight.see`).
         self.slot = s.recovery.track(self.start.uuid, progress) if s.recovery else None

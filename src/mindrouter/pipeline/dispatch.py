@@ -27,8 +27,7 @@ from typing import TypeVar
 
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.canonical import (
-    ChatRequest,
-    CompletionRequest,
+    AnyRequest,
     EmbeddingRequest,
     RelevanceRequest,
 )
@@ -40,7 +39,7 @@ from mindrouter.pipeline.services import Services
 from mindrouter.routing.catalog import BackendState, ModelSpec
 from mindrouter.routing.select import Candidate, rank_candidates
 
-R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest, RelevanceRequest)
+R = TypeVar("R", bound=AnyRequest)
 X = TypeVar("X")
 Attempt = Callable[[EngineAdapter, R], Awaitable[X]]
 

@@ -23,10 +23,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from mindrouter.canonical import AnyRequest, StreamEvent, Usage
+from mindrouter.canonical import AnyRequest, AnyResult, StreamEvent, Usage
 from mindrouter.errors import InternalError, MindRouterError
 from mindrouter.pipeline.admit import admit, settle
-from mindrouter.pipeline.audit import AuditRecord
+from mindrouter.pipeline.audit import AuditRecord, output_text
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.estimate import estimate_output, estimate_request_input
 from mindrouter.pipeline.journal import Journal
@@ -172,16 +172,15 @@ class Flight:
 
     # -- stage 12 -------------------------------------------------------------------------------
 
-    def end(
-        self,
-        status: Status,
-        error: MindRouterError | None = None,
-        usage: Usage | None = None,
-        output: str | None = None,
-    ) -> None:
-        """How the request ended. `usage` and `output` default to what the last attempt
-        produced (partial when it broke off or the client left)."""
-        self.status, self.error, self.usage, self.output = status, error, usage, output
+    def end(self, status: Status, error: MindRouterError | None = None) -> None:
+        """How the request ended; its usage and output are what the last attempt produced
+        (partial when it broke off or the client left)."""
+        self.status, self.error = status, error
+
+    def answered(self, result: AnyResult) -> None:
+        """The request ended with `result`, whose usage and output are charged and recorded."""
+        self.end("ok")
+        self.usage, self.output = result.usage, output_text(result)
 
     def raised(self, exc: BaseException) -> None:
         """The request ended by raising `exc`, unless it had already said how it ended."""

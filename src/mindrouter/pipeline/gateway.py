@@ -17,27 +17,17 @@ from typing import TypeVar
 
 import structlog
 
+from mindrouter import canonical
 from mindrouter.backends.base import EngineAdapter
-from mindrouter.canonical import (
-    AnyRequest,
-    ChatRequest,
-    ChatResult,
-    CompletionRequest,
-    EmbeddingRequest,
-    EmbeddingResult,
-    RelevanceRequest,
-    RelevanceResult,
-)
 from mindrouter.errors import UpstreamError
 from mindrouter.observability.logging import log
 from mindrouter.pipeline import relay
 from mindrouter.pipeline.admit import usage_of
-from mindrouter.pipeline.audit import output_text
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.dispatch import Dispatcher
 from mindrouter.pipeline.flight import Flight, open_flight
 from mindrouter.pipeline.model_access import resolve_allowed, visible_models
-from mindrouter.pipeline.relay import Events, Opener
+from mindrouter.pipeline.relay import Events
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.views import RoutingViews
 from mindrouter.routing.catalog import ModelSpec, check_modality
@@ -45,9 +35,9 @@ from mindrouter.routing.select import rank_backends
 from mindrouter.stores.limits import Limits, UsageSnapshot
 from mindrouter.tokens import estimate_chat_input
 
-R = TypeVar("R", ChatRequest, CompletionRequest, EmbeddingRequest, RelevanceRequest)
-G = TypeVar("G", ChatRequest, CompletionRequest)
-T = TypeVar("T", ChatResult, EmbeddingResult, RelevanceResult)
+R = TypeVar("R", bound=canonical.AnyRequest)
+G = TypeVar("G", bound=canonical.GenerationRequest)
+T = TypeVar("T", canonical.ChatResult, canonical.EmbeddingResult, canonical.RelevanceResult)
 
 
 class Gateway:
@@ -74,20 +64,25 @@ class Gateway:
 
     # -- whole answers -------------------------------------------------------------------------
 
-    async def chat(self, ctx: RequestContext, req: ChatRequest) -> ChatResult:
-        return await self._collected(ctx, req, lambda a, r: a.chat_stream(r))
+    async def generate(self, ctx: RequestContext, req: G) -> canonical.ChatResult:
+        """A whole answer to a chat or completion request: the engine's stream, read whole
+        within the attempt, so failover and accounting are those of a stream."""
+        return await self._unary(
+            ctx, req, lambda flight: relay.collector(self.s, flight, req.model, _engine_stream)
+        )
 
-    async def complete(self, ctx: RequestContext, req: CompletionRequest) -> ChatResult:
-        return await self._collected(ctx, req, lambda a, r: a.complete_stream(r))
-
-    async def embed(self, ctx: RequestContext, req: EmbeddingRequest) -> EmbeddingResult:
+    async def embed(
+        self, ctx: RequestContext, req: canonical.EmbeddingRequest
+    ) -> canonical.EmbeddingResult:
         return await self._unary(ctx, req, lambda _: self._embedding)
 
-    async def score(self, ctx: RequestContext, req: RelevanceRequest) -> RelevanceResult:
+    async def score(
+        self, ctx: RequestContext, req: canonical.RelevanceRequest
+    ) -> canonical.RelevanceResult:
         """Rerank and score: admitted, audited, queued and charged like embeddings."""
         return await self._unary(ctx, req, lambda _: self._relevance)
 
-    async def count_tokens(self, ctx: RequestContext, req: ChatRequest) -> int:
+    async def count_tokens(self, ctx: RequestContext, req: canonical.ChatRequest) -> int:
         """Input tokens of a chat request: a backend's own tokenizer where one is reachable,
         otherwise the gateway's estimate. Generates nothing, so it is not admitted or queued."""
         spec = await self.resolve(ctx, req)
@@ -108,15 +103,17 @@ class Gateway:
 
     # -- streams -------------------------------------------------------------------------------
 
-    async def open_chat_stream(self, ctx: RequestContext, req: ChatRequest) -> Events:
-        return await self._open_stream(ctx, req, lambda a, r: a.chat_stream(r))
-
-    async def open_complete_stream(self, ctx: RequestContext, req: CompletionRequest) -> Events:
-        return await self._open_stream(ctx, req, lambda a, r: a.complete_stream(r))
+    async def open_stream(self, ctx: RequestContext, req: G) -> Events:
+        """A streamed answer, run up to its first event: what ended the request before that is
+        raised here, while the client can still be answered with a status."""
+        spec = await self.resolve(ctx, req)
+        stream = relay.stream(self.s, self.dispatch, ctx, req, spec, opener=_engine_stream)
+        await anext(stream)
+        return stream
 
     # -- internals -----------------------------------------------------------------------------
 
-    async def resolve(self, ctx: RequestContext, req: AnyRequest) -> ModelSpec:
+    async def resolve(self, ctx: RequestContext, req: canonical.AnyRequest) -> ModelSpec:
         """The request's model, if the caller may use it and it handles the request's kind."""
         spec = await resolve_allowed(self.s, ctx, req.model)
         check_modality(spec, req.modality)
@@ -132,27 +129,24 @@ class Gateway:
         async with open_flight(self.s, ctx, req, spec) as flight:
             result = await self.dispatch.run(flight, req, attempt_for(flight))
             result.model = req.model
-            flight.end("ok", usage=result.usage, output=output_text(result))
+            flight.answered(result)
             return result
 
-    async def _collected(self, ctx: RequestContext, req: G, opener: Opener[G]) -> ChatResult:
-        """A non-streamed answer: the engine's stream, read whole within the attempt."""
-        return await self._unary(
-            ctx, req, lambda flight: relay.collector(self.s, flight, req.model, opener)
-        )
-
     @staticmethod
-    async def _embedding(adapter: EngineAdapter, req: EmbeddingRequest) -> EmbeddingResult:
+    async def _embedding(
+        adapter: EngineAdapter, req: canonical.EmbeddingRequest
+    ) -> canonical.EmbeddingResult:
         return await adapter.embed(req)
 
     @staticmethod
-    async def _relevance(adapter: EngineAdapter, req: RelevanceRequest) -> RelevanceResult:
+    async def _relevance(
+        adapter: EngineAdapter, req: canonical.RelevanceRequest
+    ) -> canonical.RelevanceResult:
         return await adapter.score(req)
 
-    async def _open_stream(self, ctx: RequestContext, req: G, opener: Opener[G]) -> Events:
-        spec = await self.resolve(ctx, req)
-        stream = relay.stream(self.s, self.dispatch, ctx, req, spec, opener=opener)
-        # Runs the request up to its first event; what ended it before that is raised here,
-        # while the client can still be answered with a status.
-        await anext(stream)
-        return stream
+
+def _engine_stream(adapter: EngineAdapter, req: canonical.GenerationRequest) -> Events:
+    """What the engine streams for a chat or a completion request."""
+    if isinstance(req, canonical.ChatRequest):
+        return adapter.chat_stream(req)
+    return adapter.complete_stream(req)

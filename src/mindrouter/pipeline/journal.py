@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mindrouter.observability.logging import log
-from mindrouter.stores.sql.instances import Checkpoint
+from mindrouter.stores.records import Checkpoint
 
 _SLOT = struct.Struct("<16sII")
 _COUNTS = struct.Struct("<II")

@@ -12,10 +12,11 @@ from datetime import UTC, datetime
 from mindrouter.errors import ModelNotFound
 from mindrouter.identity.access import may_use
 from mindrouter.observability.logging import log
+from mindrouter.pipeline.audit import audit_start
 from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.services import Services
 from mindrouter.routing.catalog import ModelSpec
-from mindrouter.stores.audit_records import AuditOutcome, AuditStart
+from mindrouter.stores.audit_records import AuditOutcome
 
 
 def visible_models(services: Services, ctx: RequestContext) -> list[ModelSpec]:
@@ -32,18 +33,7 @@ async def resolve_allowed(services: Services, ctx: RequestContext, name: str) ->
     assert p is not None
     if may_use(p.access, spec):
         return spec
-    start = AuditStart(
-        user_id=p.user_id,
-        user_name=p.user_name,
-        key_id=p.key_id,
-        key_prefix=p.key_prefix,
-        model=name,
-        endpoint=ctx.endpoint,
-        messages=None,
-        client_ip=ctx.client_ip,
-        user_agent=ctx.user_agent,
-        request_id=ctx.request_id,
-    )
+    start = audit_start(services, ctx, name)
     try:
         await services.audit.begin(start)
     except Exception as exc:

@@ -22,10 +22,9 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol
 from uuid import uuid4
 
 from mindrouter.canonical import Usage
@@ -34,30 +33,8 @@ from mindrouter.pipeline.journal import Journal, orphans
 from mindrouter.pipeline.usage_sync import limit_key
 from mindrouter.stores.limits import LimitStore, Ticket
 from mindrouter.stores.limits.model import DAY_SECONDS
-from mindrouter.stores.sql.audit_close import Charge
-from mindrouter.stores.sql.instances import Checkpoint, SweepResult
-
-
-class InstanceLedger(Protocol):
-    async def register(self, instance_id: str, host: str, pid: int, now: datetime) -> None: ...
-
-    async def heartbeat(
-        self,
-        instance_id: str,
-        host: str,
-        pid: int,
-        now: datetime,
-        checkpoints: list[Checkpoint],
-        stale_s: float | None = None,
-    ) -> list[str]: ...
-
-    async def checkpoint(self, instance_id: str, checkpoints: list[Checkpoint]) -> None: ...
-
-    async def retire(self, instance_id: str) -> None: ...
-
-    async def sweep(
-        self, now: datetime, stale_s: float, dead: Sequence[str] | None = None
-    ) -> SweepResult: ...
+from mindrouter.stores.ports import InstanceLedger
+from mindrouter.stores.records import Charge, Checkpoint
 
 
 class Recovery:

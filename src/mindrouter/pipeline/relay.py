@@ -18,10 +18,9 @@ from typing import TypeVar
 from mindrouter.backends.base import EngineAdapter
 from mindrouter.canonical import (
     ChatAssembler,
-    ChatRequest,
     ChatResult,
-    CompletionRequest,
     Done,
+    GenerationRequest,
     StreamEvent,
     StreamFailed,
 )
@@ -39,7 +38,7 @@ from mindrouter.pipeline.flight import Flight, open_flight
 from mindrouter.pipeline.services import Services
 from mindrouter.routing.catalog import ModelSpec
 
-G = TypeVar("G", ChatRequest, CompletionRequest)
+G = TypeVar("G", bound=GenerationRequest)
 Events = AsyncGenerator[StreamEvent, None]
 Opener = Callable[[EngineAdapter, G], Events]
 FirstOf = Callable[[EngineAdapter, G], Awaitable[tuple[StreamEvent, Events]]]

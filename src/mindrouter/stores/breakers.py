@@ -38,15 +38,13 @@ opened), kept for a day after its last change.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from mindrouter.routing.breaker import Unsent
 from mindrouter.routing.catalog import BackendState
 from mindrouter.stores.redis_client import text_of
 from mindrouter.stores.shared import RedisLink, SharedStore, StoreWords
 
-DEFAULT_INTERVAL = 0.1
-DEFAULT_IDLE_INTERVAL = 0.5
-DEFAULT_PROBE_LEASE = 190.0
 _TTL_S = 86_400
 
 # KEYS: one hash per backend. ARGV: threshold, cooldown, ttl, owner, then per key (reset,
@@ -108,6 +106,20 @@ return 1
 """
 
 
+@dataclass(frozen=True, slots=True)
+class BreakerTiming:
+    """How often the breakers exchange with Redis, and how long a probe's claim holds (s)."""
+
+    interval: float = 0.1  # between exchanges while a breaker is open here
+    idle_interval: float = 0.5  # while no breaker is open here
+    # How long the process that claimed a half-open backend's probe holds the claim.
+    probe_lease: float = 190.0
+
+    def __post_init__(self) -> None:
+        if not self.interval > 0 or not self.probe_lease > 0:
+            raise ValueError("interval and probe_lease must be positive")
+
+
 class BreakersUnavailable(Exception):
     """Redis did not complete an exchange or a claim."""
 
@@ -122,22 +134,15 @@ class SharedBreakers(SharedStore):
         self,
         link: RedisLink,
         backends: Sequence[BackendState],
-        *,
-        interval: float = DEFAULT_INTERVAL,
-        # While no breaker is open here, exchanges come this far apart.
-        idle_interval: float = DEFAULT_IDLE_INTERVAL,
-        # How long the process that claimed a half-open backend's probe holds the claim.
-        probe_lease: float = DEFAULT_PROBE_LEASE,
+        timing: BreakerTiming = BreakerTiming(),
     ) -> None:
-        if not interval > 0 or not probe_lease > 0:
-            raise ValueError("interval and probe_lease must be positive")
-        super().__init__(link, interval=interval)
+        super().__init__(link, interval=timing.interval)
         self._backends: list[BackendState] = []
         self._keys: list[str] = []
         self._key_of: dict[str, str] = {}
         self._set_backends(backends)
-        self.idle_interval = max(interval, idle_interval)
-        self.probe_lease = probe_lease
+        self.idle_interval = max(timing.interval, timing.idle_interval)
+        self.probe_lease = timing.probe_lease
         self._exchange_script = self._client.register_script(_EXCHANGE)
         self._claim = self._client.register_script(_CLAIM)
 

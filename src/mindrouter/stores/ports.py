@@ -9,9 +9,12 @@ Each is as small as the caller's need, so a stage can be tested against an in-me
     BreakerBoard  route: the circuit breakers' link to the other gateway processes
     SlotBoard     route and wait: the backend slots shared with the other gateway processes
     Gate          what the slot board needs of the capacity gate
+    InstanceLedger
+                  recover: this process's heartbeat and checkpoints, the dead ones' sweep
 
-The first three are implemented by `stores.sql`; the boards by `stores.breakers` and
-`stores.slots` through Redis, and by the stand-ins of `stores.shared` in a single process.
+The first three and the instance ledger are implemented by `stores.sql`; the boards by
+`stores.breakers` and `stores.slots` through Redis, and by the stand-ins of `stores.shared` in a
+single process.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Protocol
 from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import Arbiter, Standing
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
-from mindrouter.stores.records import KeyRecord, UsageCounters
+from mindrouter.stores.records import Checkpoint, KeyRecord, SweepResult, UsageCounters
 
 
 class KeyLookup(Protocol):
@@ -112,3 +115,28 @@ class SlotBoard(Arbiter, Protocol):
     def others_best(self) -> dict[str, Standing]:
         """model -> the most deserving waiter of the other processes."""
         ...
+
+
+class InstanceLedger(Protocol):
+    """This process's row among the gateway processes, and the sweep of the dead ones'
+    pending records (`pipeline.recovery`)."""
+
+    async def register(self, instance_id: str, host: str, pid: int, now: datetime) -> None: ...
+
+    async def heartbeat(
+        self,
+        instance_id: str,
+        host: str,
+        pid: int,
+        now: datetime,
+        checkpoints: list[Checkpoint],
+        stale_s: float | None = None,
+    ) -> list[str]: ...
+
+    async def checkpoint(self, instance_id: str, checkpoints: list[Checkpoint]) -> None: ...
+
+    async def retire(self, instance_id: str) -> None: ...
+
+    async def sweep(
+        self, now: datetime, stale_s: float, dead: Sequence[str] | None = None
+    ) -> SweepResult: ...

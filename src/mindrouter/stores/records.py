@@ -161,3 +161,33 @@ class UsageCounters:
     period_tokens: int = 0
     lifetime_tokens: int = 0
     period_days: int = 30
+
+
+# -- gateway processes: the checkpoints of their requests, and what the sweeper closed ---------
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """What a request in flight has used so far, written into its pending record."""
+
+    uuid: str
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(slots=True)
+class SweepResult:
+    instances: list[str]  # the dead processes swept
+    closed: int  # records closed as interrupted
+    charges: list[Charge]
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """Tokens charged to a user's durable usage while closing records."""
+
+    user_id: int
+    tokens: int
+    at: datetime
+    period_start: datetime | None
+    period_days: int  # filled in by the sweeper only, which passes the charge on to the limits

@@ -36,6 +36,33 @@ from mindrouter.stores.redis_client import short_timeout_client
 _REDIS_ERRORS: tuple[type[Exception], ...] = (redis_errors.RedisError, OSError, TimeoutError)
 
 
+# Lua functions for the exchange scripts that keep a set of live processes, each publishing a
+# hash of its own that expires unless renewed (prepended to those scripts). `present` renews
+# this process's hash and its place in the set; `others` returns {id, fields} for every other
+# live process, `key_of(id)` naming its hash, and drops from the set those whose hash expired.
+PRESENCE_LUA = """
+local function present(key, senders, me, ttl_ms)
+  redis.call('PEXPIRE', key, ttl_ms)
+  redis.call('SADD', senders, me)
+  redis.call('PEXPIRE', senders, ttl_ms)
+end
+local function others(senders, me, key_of)
+  local found = {}
+  for _, other in ipairs(redis.call('SMEMBERS', senders)) do
+    if other ~= me then
+      local kv = redis.call('HGETALL', key_of(other))
+      if #kv == 0 then
+        redis.call('SREM', senders, other)
+      else
+        found[#found + 1] = {other, kv}
+      end
+    end
+  end
+  return found
+end
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class RedisLink:
     """How a shared store reaches Redis. Give an injected client short socket timeouts and no

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -93,7 +92,6 @@ class FlakyStore:
 
 
 async def test_unreachable_redis_fails_closed_by_default(dead_redis: RedisLimitStore) -> None:
-    started = time.perf_counter()
     with pytest.raises(LimitStoreUnavailable) as direct:
         await dead_redis.admit("alice", LIMITS, 1, T0)
     assert isinstance(direct.value, Overloaded)
@@ -103,7 +101,6 @@ async def test_unreachable_redis_fails_closed_by_default(dead_redis: RedisLimitS
         await store.admit("alice", LIMITS, 1, T0)
     with pytest.raises(Overloaded):
         await store.snapshot("alice", LIMITS, T0 + 5)
-    assert time.perf_counter() - started < 2
 
 
 async def test_fail_open_local_admits_in_memory_and_says_so(dead_redis: RedisLimitStore) -> None:

@@ -42,7 +42,11 @@ counting then. Senders whose hash expired are dropped from the model's set when 
 
 from __future__ import annotations
 
-EXCHANGE = """
+from mindrouter.stores.shared import PRESENCE_LUA
+
+EXCHANGE = (
+    PRESENCE_LUA
+    + """
 local function num(x) return string.format('%.17g', x) end
 local seq = tonumber(ARGV[1])
 local fresh = seq > (tonumber(redis.call('GET', KEYS[2])) or 0)
@@ -98,9 +102,7 @@ for _ = 1, n do
     i = i + 2
   end
   if m > 0 then
-    redis.call('PEXPIRE', key, ttl_ms)
-    redis.call('SADD', senders, sender)
-    redis.call('PEXPIRE', senders, ttl_ms)
+    present(key, senders, sender, ttl_ms)
   else
     redis.call('SREM', senders, sender)
   end
@@ -108,17 +110,13 @@ end
 for _, model in ipairs(models) do
   local senders = prefix .. 'pending_senders:' .. model
   local pairs_out = {}
-  for _, other in ipairs(redis.call('SMEMBERS', senders)) do
-    if other ~= sender then
-      local kv = redis.call('HGETALL', prefix .. 'pending:' .. other .. ':' .. model)
-      if #kv == 0 then
-        redis.call('SREM', senders, other)
-      end
-      for j = 1, #kv do pairs_out[#pairs_out + 1] = kv[j] end
-    end
+  local function key_of(id) return prefix .. 'pending:' .. id .. ':' .. model end
+  for _, seen in ipairs(others(senders, sender, key_of)) do
+    for j = 1, #seen[2] do pairs_out[#pairs_out + 1] = seen[2][j] end
   end
   out[#out + 1] = tostring(#pairs_out / 2)
   for j = 1, #pairs_out do out[#out + 1] = pairs_out[j] end
 end
 return out
 """
+)

@@ -129,19 +129,20 @@ class LocalMirror:
 
     def charge(self, model: str, user: str, amount: float) -> float:
         acct = (model, user)
-        op = self._ops.get(acct)
-        if op is None:
-            op = self._ops[acct] = Pending()
-        op.charge(amount)
+        self._pending(acct).charge(amount)
         return self._set(acct, self._current(acct) + amount)
 
     def lift(self, model: str, user: str, to: float) -> float:
         acct = (model, user)
+        self._pending(acct).lift(to)
+        return self._set(acct, max(self._current(acct), to))
+
+    def _pending(self, acct: Account) -> Pending:
+        """The account's writes not yet pushed, started empty."""
         op = self._ops.get(acct)
         if op is None:
             op = self._ops[acct] = Pending()
-        op.lift(to)
-        return self._set(acct, max(self._current(acct), to))
+        return op
 
     def floor(self, model: str) -> float:
         value = self._floor_view.get(model)

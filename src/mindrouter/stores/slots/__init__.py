@@ -5,6 +5,6 @@ division.py  how free slots are divided, and the order of the deployment's best 
 lua.py       the exchange script and its wire form
 """
 
-from mindrouter.stores.slots.board import SharedSlots, SlotsUnavailable
+from mindrouter.stores.slots.board import SharedSlots, SlotsUnavailable, SlotTiming
 
-__all__ = ["SharedSlots", "SlotsUnavailable"]
+__all__ = ["SharedSlots", "SlotTiming", "SlotsUnavailable"]

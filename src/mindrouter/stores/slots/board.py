@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import Standing
@@ -68,13 +69,26 @@ from mindrouter.stores.shared import RedisLink, SharedStore, StoreWords
 from mindrouter.stores.slots import lua
 from mindrouter.stores.slots.division import best_by_model, order, part, turns
 
-DEFAULT_INTERVAL = 0.05
-DEFAULT_BUSY_INTERVAL = 0.005
-DEFAULT_IDLE_INTERVAL = 0.5
-DEFAULT_MIN_GAP = 0.002
-DEFAULT_DEFER_LIMIT = 0.05
-DEFAULT_TTL = 2.0
 _HANDOVER_TURNS = 8  # event-loop turns an exchange waits for a chosen waiter to take its slot
+
+
+@dataclass(frozen=True, slots=True)
+class SlotTiming:
+    """How often the slot board exchanges with Redis and how long what it publishes holds, in
+    seconds."""
+
+    interval: float = 0.05  # between exchanges while requests run here
+    busy_interval: float = 0.005  # while some process has requests waiting for a slot
+    idle_interval: float = 0.5  # while nothing runs or waits here
+    min_gap: float = 0.002  # the least time between two exchanges
+    # How long a free slot is left to a more deserving waiter of another process.
+    defer_limit: float = 0.05
+    ttl: float = 2.0  # a process's entry outlives its last exchange by this much
+
+    def __post_init__(self) -> None:
+        knobs = (self.interval, self.busy_interval, self.idle_interval, self.defer_limit, self.ttl)
+        if not all(k > 0 for k in knobs) or self.min_gap < 0:
+            raise ValueError("the slot board's intervals and limits must be positive")
 
 
 class SlotsUnavailable(Exception):
@@ -88,29 +102,17 @@ class SharedSlots(SharedStore):
     words = StoreWords("slots:", "slot board", "backend slots", "counted per process")
 
     def __init__(
-        self,
-        link: RedisLink,
-        backends: Sequence[BackendState],
-        *,
-        interval: float = DEFAULT_INTERVAL,
-        busy_interval: float = DEFAULT_BUSY_INTERVAL,
-        idle_interval: float = DEFAULT_IDLE_INTERVAL,
-        min_gap: float = DEFAULT_MIN_GAP,
-        defer_limit: float = DEFAULT_DEFER_LIMIT,
-        ttl: float = DEFAULT_TTL,
+        self, link: RedisLink, backends: Sequence[BackendState], timing: SlotTiming = SlotTiming()
     ) -> None:
-        knobs = (interval, busy_interval, idle_interval, defer_limit, ttl)
-        if not all(k > 0 for k in knobs) or min_gap < 0:
-            raise ValueError("the slot board's intervals and limits must be positive")
-        super().__init__(link, interval=interval, min_gap=min_gap)
+        super().__init__(link, interval=timing.interval, min_gap=timing.min_gap)
         self._backends = list(backends)
-        self.busy_interval = busy_interval
+        self.busy_interval = timing.busy_interval
         # Never so long that this process's entry on the board expires between two exchanges.
-        self.idle_interval = max(interval, min(idle_interval, ttl / 3))
+        self.idle_interval = max(timing.interval, min(timing.idle_interval, timing.ttl / 3))
         self._idle = False  # the pause running now is the idle one
-        self.min_gap = min_gap
-        self.defer_limit = defer_limit
-        self.ttl = ttl
+        self.min_gap = timing.min_gap
+        self.defer_limit = timing.defer_limit
+        self.ttl = timing.ttl
         self._script = self._client.register_script(lua.EXCHANGE)
         self._gate: Gate | None = None
         self._others_best: dict[str, tuple[Standing, str]] = {}  # model -> (best, whose)

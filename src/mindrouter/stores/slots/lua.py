@@ -17,8 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mindrouter.scheduling import Standing
+from mindrouter.stores.shared import PRESENCE_LUA
 
-EXCHANGE = """
+EXCHANGE = (
+    PRESENCE_LUA
+    + """
 local prefix, me, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local senders, mine = prefix .. 'senders', prefix .. 'of:' .. ARGV[2]
 redis.call('DEL', mine)
@@ -32,27 +35,20 @@ if ARGV[4] == '1' then
       i = i + 2
     end
   end
-  redis.call('PEXPIRE', mine, ttl)
-  redis.call('SADD', senders, me)
-  redis.call('PEXPIRE', senders, ttl)
+  present(mine, senders, me, ttl)
 else
   redis.call('SREM', senders, me)
 end
 local out = {}
-for _, other in ipairs(redis.call('SMEMBERS', senders)) do
-  if other ~= me then
-    local kv = redis.call('HGETALL', prefix .. 'of:' .. other)
-    if #kv == 0 then
-      redis.call('SREM', senders, other)
-    else
-      out[#out + 1] = other
-      out[#out + 1] = tostring(#kv / 2)
-      for j = 1, #kv do out[#out + 1] = kv[j] end
-    end
-  end
+for _, seen in ipairs(others(senders, me, function(id) return prefix .. 'of:' .. id end)) do
+  local kv = seen[2]
+  out[#out + 1] = seen[1]
+  out[#out + 1] = tostring(#kv / 2)
+  for j = 1, #kv do out[#out + 1] = kv[j] end
 end
 return out
 """
+)
 
 
 class UnreadableReply(ValueError):

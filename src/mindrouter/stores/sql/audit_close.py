@@ -15,13 +15,14 @@ read became stale before it wrote, and the batch is tried again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from mindrouter.stores.records import Charge
 from mindrouter.stores.sql.schema import audit_records
 from mindrouter.stores.sql.usage import charge_usage, period_days
 
@@ -47,17 +48,6 @@ _COMPLETE = (
     .values({name: bindparam(f"b_{name}") for name in OUTCOME_COLUMNS})
 )
 _PARAMS = ("b_uuid", *(f"b_{name}" for name in OUTCOME_COLUMNS))
-
-
-@dataclass(frozen=True, slots=True)
-class Charge:
-    """Tokens charged to a user's durable usage while closing records."""
-
-    user_id: int
-    tokens: int
-    at: datetime
-    period_start: datetime | None
-    period_days: int  # filled in by the sweeper only, which passes the charge on to the limits
 
 
 async def _pending_users(conn: AsyncConnection, uuids: Sequence[str]) -> dict[str, int | None]:

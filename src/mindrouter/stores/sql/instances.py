@@ -14,13 +14,13 @@ agree to well within the bound (NTP does).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from mindrouter.stores.sql.audit_close import Charge, interrupt_records
+from mindrouter.stores.records import Checkpoint, SweepResult
+from mindrouter.stores.sql.audit_close import interrupt_records
 from mindrouter.stores.sql.schema import audit_records, instances
 
 SWEEP_BATCH = 500
@@ -35,20 +35,6 @@ _CHECKPOINT = (
     )
     .values(input_tokens=bindparam("b_input"), output_tokens=bindparam("b_output"))
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    uuid: str
-    input_tokens: int
-    output_tokens: int
-
-
-@dataclass(slots=True)
-class SweepResult:
-    instances: list[str]  # the dead processes swept
-    closed: int  # records closed as interrupted
-    charges: list[Charge]
 
 
 class SqlInstances:
