@@ -146,7 +146,7 @@ def _workers(figs: dict[str, Any]) -> list[Row]:
                 f"{who} 2 workers: CPU per request within {WORKERS_CPU_TOLERANCE:.0%} of one "
                 f"process's ({w['rate']} RPS)",
                 f"{_f(w['workers_cpu_us_per_request'], 0)} vs "
-                f"{_f(w['one_process_cpu_us_per_request'], 0)} µs ({_f(ratio)}×)",
+                f"{_f(w['one_process_cpu_us_per_request'], 0)} µs ({_f(ratio)}×)" + _half(w),
                 None if ratio is None else abs(ratio - 1) <= WORKERS_CPU_TOLERANCE,
             ),
             (
@@ -157,6 +157,15 @@ def _workers(figs: dict[str, Any]) -> list[Row]:
             ),
         ]
     return out
+
+
+def _half(w: dict[str, Any]) -> str:
+    """The one process at half the rate, what each worker serves: a reference, no verdict."""
+    half = w.get("one_process_half_rate_cpu_us_per_request")
+    if not half:
+        return ""
+    ratio = w["workers_cpu_us_per_request"] / half if w["workers_cpu_us_per_request"] else None
+    return f"; one process at {w['rate'] // 2} RPS: {_f(half, 0)} µs ({_f(ratio)}×)"
 
 
 def _sustained(fig: dict[str, Any]) -> str:

@@ -49,7 +49,7 @@ def results(
             "loadavg_1m_max": max((v for _, v in bench.load), default=load_end[0]),
             "loadavg_1m_samples": bench.load,
             "python": platform.python_version(),
-            "mindrouter_commit": git_rev(),
+            "mindrouter_commit": bench.commit,
             "litellm": litellm_env.LITELLM,
             "plan": bench.plan.__dict__,
             "skipped": bench.skipped,

@@ -301,7 +301,7 @@ def _checks(data: dict[str, Any]) -> list[str]:
             for p in probes
         ]
         out.append("")
-    workers = [p for p in pts if p["scenario"] == "workers"]
+    workers = [p for p in pts if p["scenario"] in ("workers", "workers-half-rate")]
     if workers:
         out += [
             "## Workers: one process against two (a new connection for every request)",
@@ -311,6 +311,9 @@ def _checks(data: dict[str, Any]) -> list[str]:
             "one-core rows; CPU per request and the balance are. A worker's share is its "
             "process tree's CPU time over the step (utime + stime from /proc) over the two "
             "workers' sum, the supervisor left out: CPU, not a count of requests.",
+            "",
+            "The one process is also measured at half the rate, what each of two workers "
+            "serves: CPU per request falls as a process's rate rises.",
             "",
             "| target | round | RPS | p50 ms | p99 ms | errors | CPU µs/req | worker shares |",
             "|---|---:|---:|---:|---:|---:|---:|---|",

@@ -110,7 +110,7 @@ class Plan:
             rates=(50, 100, 200, 300, 400, 500, 650, 800, 1000, 1250, 1500, 2000),
             step_s=10.0,
             rounds=2,
-            stream_concurrency=(4, 16, 32, 64, 128, 256),
+            stream_concurrency=(1, 4, 16, 32, 64, 128, 256),
             stream_s=8.0,
             bisect=2,
             large_prompt=True,
@@ -126,7 +126,7 @@ class Plan:
             rates=(100, 200, 400),
             step_s=3.0,
             rounds=1,
-            stream_concurrency=(4, 16, 32, 64),
+            stream_concurrency=(1, 16, 32, 64),
             stream_s=2.0,
             bisect=0,
             large_prompt=False,
@@ -169,6 +169,7 @@ class Bench:
         self.notes: list[str] = []
         self.load: list[tuple[float, float]] = []
         self.started = time.time()
+        self.commit = output.git_rev()  # what the run starts from, not what HEAD is at its end
         self.servers: list[Server] = []
         self.mock: Server | None = None
 

@@ -121,36 +121,41 @@ def _peer_level(levels: tuple[int, ...]) -> int:
 
 async def workers(bench: Bench) -> None:
     """One process against `--workers 2` at the same rate, interleaved, with each worker's CPU
-    (its own process tree, from /proc) as its share of the work. No direct baseline: these
-    rows compare CPU and balance, not latency."""
+    (its own process tree, from /proc) as its share of the work; and the one process at half
+    the rate, what each of the two workers serves (CPU per request falls as a process's rate
+    rises, so that is the like-for-like reference for a worker's cost). No direct baseline:
+    these rows compare CPU and balance, not latency."""
     plan = bench.plan
-    body = chat_body()
     for round_ in range(1, plan.rounds + 1):
         for one, two, pair_rate in WORKER_PAIRS:
             if one not in bench.targets or two not in bench.targets:
                 continue
             rate = pair_rate or plan.fixed_rate
-            for name in (one, two):
-                t = bench.targets[name]
-                before = targets.children_cpu(t.server.proc.pid)
-                # A new connection for every request: workers share connections by accepting
-                # them, so a few keep-alive connections would say more about the client's pool
-                # than about the balance.
-                raw = post(
-                    targets.HOST, t.port, t.chat_path, body, {**t.headers, "connection": "close"}
-                )
-                p = await bench.unary_step(t, "workers", raw, rate, plan.workers_s, round_)
-                if name == two:
-                    p["worker_cpu_s"] = _worker_cpu(t, before)
-                    shares = _shares(p["worker_cpu_s"], _count(t))
-                    p["worker_shares"] = shares
-                print(
-                    f"  workers {name:<26} r{round_} {rate:>4} rps ok {p['ok']:>5}/"
-                    f"{p['requests']:<5} p50 {p['p50_ms']:7.2f} ms cpu "
-                    f"{p['cpu_us_per_request']:6.0f} µs/req"
-                    + (f" shares {p['worker_shares']}" if name == two else ""),
-                    flush=True,
-                )
+            steps = [(one, "workers", rate), (two, "workers", rate)]
+            if pair_rate is None:
+                steps.append((one, "workers-half-rate", rate // 2))
+            for name, scenario, r in steps:
+                await _workers_step(bench, bench.targets[name], scenario, r, round_, name == two)
+
+
+async def _workers_step(
+    bench: Bench, t: Target, scenario: str, rate: int, round_: int, several: bool
+) -> None:
+    before = targets.children_cpu(t.server.proc.pid)
+    # A new connection for every request: workers share connections by accepting them, so a
+    # few keep-alive connections would say more about the client's pool than about the balance.
+    headers = {**t.headers, "connection": "close"}
+    raw = post(targets.HOST, t.port, t.chat_path, chat_body(), headers)
+    p = await bench.unary_step(t, scenario, raw, rate, bench.plan.workers_s, round_)
+    if several:
+        p["worker_cpu_s"] = _worker_cpu(t, before)
+        p["worker_shares"] = _shares(p["worker_cpu_s"], _count(t))
+    print(
+        f"  {scenario:<17} {t.name:<24} r{round_} {rate:>4} rps ok {p['ok']:>5}/"
+        f"{p['requests']:<5} p50 {p['p50_ms']:7.2f} ms cpu {p['cpu_us_per_request']:6.0f} µs/req"
+        + (f" shares {p['worker_shares']}" if several else ""),
+        flush=True,
+    )
 
 
 def _count(t: Target) -> int:
@@ -249,9 +254,11 @@ def summary(points: list[dict[str, Any]]) -> dict[str, Any]:
         shares = [s for p in b for s in p.get("worker_shares", [])]
         per_round = [p.get("worker_shares", []) for p in b]
         cpu_a, cpu_b = figures.cpu_per_ok(a), figures.cpu_per_ok(b)
+        half = figures.select(points, "workers-half-rate", one)
         rows[two] = {
             "rate": b[0]["rate"],
             "one_process_cpu_us_per_request": cpu_a,
+            "one_process_half_rate_cpu_us_per_request": figures.cpu_per_ok(half) if half else None,
             "workers_cpu_us_per_request": cpu_b,
             "cpu_ratio": cpu_b / cpu_a if cpu_a and cpu_b else None,
             "worker_shares_per_round": per_round,
