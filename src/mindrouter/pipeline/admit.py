@@ -1,9 +1,12 @@
 """Stage 5: the caller's limits (tokens per period, requests per minute, concurrent requests).
 
 A request is admitted against its estimate before it is queued, holding a ticket on the limit
-counters (renewed by the lease keeper while it runs, `leases.py`); its clean-up settles the
-ticket with what was really used. The counters are seeded from the durable usage the first time
-a process sees a user (`usage_sync.py`).
+counters (renewed by the lease keeper while it runs, `leases.py`): with Redis, one round trip.
+Its clean-up settles the ticket with what was really used without waiting for Redis to answer:
+the settlement is on its way (ahead of anything this process sends Redis later) before the
+clean-up goes on, so before the response's last bytes, and a client that sends its next request
+when it has the answer finds its slot free. The counters are seeded from the durable usage the
+first time a process sees a user (`usage_sync.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from mindrouter.stores.limits import Limits, Ticket, UsageNotLoaded, UsageSnapsh
 
 async def admit(s: Services, p: Principal, estimate: int) -> Ticket:
     """The caller's ticket for a request of `estimate` tokens (RateLimited when over)."""
-    await s.usage.ensure_seeded(p.user_id)
+    if not s.usage.seeded(p.user_id):
+        await s.usage.ensure_seeded(p.user_id)
     limits = Limits(p.token_budget, p.rpm, p.max_concurrent, p.budget_period_days)
     try:
         ticket = await s.limits.admit(limit_key(p.user_id), limits, estimate, s.wall())
@@ -29,12 +33,13 @@ async def admit(s: Services, p: Principal, estimate: int) -> Ticket:
     return ticket
 
 
-async def settle(s: Services, ticket: Ticket, used: int) -> None:
-    """The request is over and used `used` tokens: its ticket is given back with that charge."""
+def settle(s: Services, ticket: Ticket, used: int) -> None:
+    """The request is over and used `used` tokens: its ticket is given back with that charge
+    (sent when this returns; the store deals with a failure itself)."""
     if s.leases is not None:
         s.leases.release(ticket)
     try:
-        await s.limits.settle(ticket, used, s.wall())
+        s.limits.settle_soon(ticket, used, s.wall())
     except Exception as exc:
         log.error("settling limits failed", error=str(exc), tokens=used)
 

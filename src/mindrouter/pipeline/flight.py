@@ -9,7 +9,8 @@ request ended, it runs stage 12 in a task that cancellation cannot interrupt:
     1. release the backend slot and let the fair gate hand it to the next waiter
     2. mark the model as loaded
     3. complete the audit record (which charges the durable usage in the same transaction)
-    4. settle the limit counters (quota; Redis when configured)
+    4. settle the limit counters (quota; with Redis, sent without waiting for the answer, ahead
+       of anything the process sends Redis later, and before the response's last bytes)
     5. the request's metrics and its final log line (`outcome.py`), once it was scheduled: one
        refused before that is the edge's refusal
 
@@ -243,9 +244,9 @@ class Flight:
                 queued_ms=self.queued_ms,
                 ticket=self.ticket,
             )
-        # 4. The quota counters.
+        # 4. The quota counters: the settlement is sent, its answer not waited for.
         if self.ticket is not None:
-            await settle(s, self.ticket, used)
+            settle(s, self.ticket, used)
         # 5. The request's metrics and log line.
         if self.job is not None:
             record_outcome(s.metrics, self.ctx, self.req.model, status, usage, error=error)

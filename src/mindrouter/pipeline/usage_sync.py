@@ -35,6 +35,11 @@ class UsageSync:
         self._seeding: dict[int, asyncio.Future[None]] = {}
         self.reloads = 0  # loads after the limit store had lost a user's usage
 
+    def seeded(self, user_id: int) -> bool:
+        """Whether this process has loaded the user's usage (the common case, checked without
+        a coroutine)."""
+        return user_id in self._seeded
+
     async def ensure_seeded(self, user_id: int) -> None:
         if user_id not in self._seeded:
             await self._load(user_id)

@@ -98,17 +98,60 @@ async def test_a_lost_script_cache_is_refilled(redis_server: RedisServer) -> Non
 
 
 async def test_an_exhausted_client_pool_is_busy_not_unavailable(redis_server: RedisServer) -> None:
-    # The default pool raises past its size instead of waiting; Redis itself is fine.
+    # The default pool raises past its size instead of waiting; Redis itself is fine. (Renewals
+    # go through the pool; admissions do not, below.)
     client = Redis.from_url(REDIS_URL, max_connections=2, retry=Retry(NoBackoff(), 0))
     store = RedisLimitStore(client, redis_server.prefix, owns_client=True)
-    await store.seed("alice", None, 0, 0)
+    users = [f"u{i}" for i in range(20)]
+    for user in users:
+        await store.seed(user, None, 0, 0)
+    tickets = [await store.admit(user, Limits(), 1, T0) for user in users]
     results = await asyncio.gather(
-        *(store.admit("alice", Limits(), 1, T0) for _ in range(20)), return_exceptions=True
+        *(store.renew([t], T0 + 1) for t in tickets), return_exceptions=True
     )
     busy = [r for r in results if isinstance(r, Overloaded)]
     assert busy and not any(isinstance(r, LimitStoreUnavailable) for r in busy)
-    assert all(isinstance(r, Ticket | Overloaded) for r in results)
     await store.close()
+
+
+async def test_admissions_and_settlements_share_one_pipelined_connection(
+    redis_server: RedisServer,
+) -> None:
+    client = Redis.from_url(REDIS_URL, max_connections=2, retry=Retry(NoBackoff(), 0))
+    store = RedisLimitStore(client, redis_server.prefix, owns_client=True)
+    await store.seed("alice", None, 0, 0)
+    limits = Limits(max_concurrent=1, token_budget=1000)
+    for step in range(30):
+        # Sent, not waited for: the next admission, sent after it on the same connection,
+        # finds the one slot free and the tokens charged.
+        ticket = await store.admit("alice", limits, 10, T0 + step)
+        done = store.settle_soon(ticket, 7, T0 + step)
+    snap = await store.snapshot("alice", limits, T0 + 30)  # read after the settlements
+    assert done.done()
+    assert (snap.period_tokens, snap.in_flight, snap.reserved_tokens) == (210, 0, 0)
+    # A burst far over the pool's size: no pooled connection is taken, all are admitted.
+    tickets = await asyncio.gather(*(store.admit("alice", Limits(), 1, T0) for _ in range(50)))
+    assert len({t.lease_id for t in tickets}) == 50
+    assert store._pipe.connects == 1
+    await store.close()
+
+
+async def test_a_script_missing_under_an_open_connection_is_sent_whole(
+    redis_server: RedisServer,
+) -> None:
+    store = redis_server.store()
+    await store.seed("u", None, 0, 0)
+    await store.admit("u", Limits(), 1, T0)  # the pipelined connection is open
+    script = _Script(ADMIT + f"\n-- {redis_server.prefix} pipelined")
+    client = redis_server.clients[0]
+    assert await client.script_exists(script.sha) == [False]
+    p = f"{redis_server.prefix}limits:"
+    keys = [f"{p}usage:u", f"{p}window:u", f"{p}leases:u", f"{p}lease_tokens:u", f"{p}dirty"]
+    args: list[str | int] = [repr(T0), 0, 0, 0, "86400.0", 5, "lease", repr(T0 + 9), "u"]
+    args += ["60.0", "1.0", 120_000, 120_000]
+    reply = await script.call(store._pipe, keys, args)
+    assert int(reply[0]) == 1
+    assert await client.script_exists(script.sha) == [True]
 
 
 async def test_a_store_from_a_url_owns_its_client(redis_server: RedisServer) -> None:

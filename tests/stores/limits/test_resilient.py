@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator, Sequence
 
@@ -63,6 +64,10 @@ class FlakyStore:
     async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
         self._check()
         await self.inner.settle(ticket, used_tokens, now)
+
+    def settle_soon(self, ticket: Ticket, used_tokens: int, now: float) -> asyncio.Future[None]:
+        self._check()
+        return self.inner.settle_soon(ticket, used_tokens, now)
 
     async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
         self._check()

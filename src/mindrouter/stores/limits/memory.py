@@ -7,6 +7,7 @@ Correct for one process only; replicas share limits through RedisLimitStore.
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_right, insort
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -105,6 +106,16 @@ class MemoryLimitStore:
         )
 
     async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
+        self.settle_now(ticket, used_tokens, now)
+
+    def settle_soon(self, ticket: Ticket, used_tokens: int, now: float) -> asyncio.Future[None]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.settle_now(ticket, used_tokens, now)
+        done.set_result(None)
+        return done
+
+    def settle_now(self, ticket: Ticket, used_tokens: int, now: float) -> None:
+        """settle(), which in memory never has to wait."""
         validate_tokens("used_tokens", used_tokens)
         usage = self._users.setdefault(ticket.user, _Usage())
         self._reap(usage, now)

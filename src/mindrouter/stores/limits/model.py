@@ -10,6 +10,7 @@ header is the HTTP layer's decision, not the store's.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -101,6 +102,13 @@ class LimitStore(Protocol):
 
     async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
         """Releases the slot and reservation and charges the real usage to the current period."""
+        ...
+
+    def settle_soon(self, ticket: Ticket, used_tokens: int, now: float) -> asyncio.Future[None]:
+        """settle() without waiting for the store: when this returns, the settlement is made
+        (in memory) or on its way (to Redis, ahead of anything this process sends it later, so
+        its next admissions find the slot free); the future says when it was applied, or
+        raises what stopped it (LimitStoreUnavailable)."""
         ...
 
     async def renew(self, tickets: Sequence[Ticket], now: float) -> None:

@@ -1,9 +1,14 @@
 """Per-user limit counters in Redis, exact across every process and replica that shares the server.
 
 Each admit and each settle is one Lua script (see `lua.py` for keys and TTLs), so check-all-then-
-reserve is atomic on the server and a refused request reserves nothing. Scripts run by EVALSHA; a
-server that lost its script cache (restart, SCRIPT FLUSH, failover) answers NOSCRIPT and the script
-is loaded and run again.
+reserve is atomic on the server and a refused request reserves nothing. Admissions and
+settlements (what every request sends), usage views and loads go over one pipelined connection
+(`stores/redis_pipe.py`) on which their scripts are loaded when it opens: an admission is one
+round trip, and a settlement is written to the socket by `settle_soon` without the request
+waiting for its reply, ahead of anything this process sends afterwards (its next admissions and
+views included). Renewals and the dirty set go through the redis-py client.
+Scripts run by EVALSHA; a server that lost its script cache under an open connection (SCRIPT
+FLUSH) answers NOSCRIPT, and the script is then sent whole (EVAL).
 
 Concurrency slots and reserved tokens are leases that expire `lease_seconds` (default 20 s) after
 admission (by the caller's clock) unless renewed, and are reaped inside the scripts. The process
@@ -20,8 +25,10 @@ behind Sentinel): the scripts also touch the shared `dirty` set, which Redis Clu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -46,6 +53,7 @@ from mindrouter.stores.limits.model import (
     validate_tokens,
 )
 from mindrouter.stores.redis_client import short_timeout_client, text_of
+from mindrouter.stores.redis_pipe import PipedRedis
 
 # Garbage collection only (Redis's own clock); the scripts decide expiry by the caller's `now`.
 _TTL_SLACK_MS = 60_000
@@ -60,15 +68,29 @@ async def _unavailable_on_redis_errors(client: Redis) -> AsyncIterator[None]:
         # this must not trip the unavailability policy.
         raise Overloaded(f"rate limiting is busy (Redis client pool: {exc})") from exc
     except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
-        # After a Redis restart every idle pooled connection is dead, and each would fail one
-        # request in turn: drop them all, so that the next calls connect afresh.
-        with contextlib.suppress(Exception):
-            await client.connection_pool.disconnect(inuse_connections=False)
-        raise LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})") from exc
+        raise await _unavailable_after(client, exc) from exc
+
+
+async def _unavailable_after(client: Redis, exc: Exception) -> LimitStoreUnavailable:
+    # After a Redis restart every idle pooled connection is dead, and each would fail one
+    # request in turn: drop them all, so that the next calls connect afresh.
+    with contextlib.suppress(Exception):
+        await client.connection_pool.disconnect(inuse_connections=False)
+    return LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})")
+
+
+def _unavailable(exc: BaseException) -> BaseException:
+    """What a settlement sent on the pipelined connection failed with, as the store raises it."""
+    if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
+        return LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})")
+    return exc
 
 
 def _num(value: float) -> str:
     return repr(float(value))
+
+
+_WINDOW, _BUSY_RETRY = _num(WINDOW_SECONDS), _num(BUSY_RETRY_SECONDS)
 
 
 async def _await(result: Awaitable[Any] | Any) -> Any:
@@ -89,6 +111,16 @@ class _Script:
         except redis_errors.NoScriptError:
             await _await(client.script_load(self.source))
             return await _await(client.evalsha(self.sha, len(keys), *keys, *args))
+
+    def send(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        """The script sent on `pipe` (loaded there when it opened): the future of its reply."""
+        return pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
+
+    async def call(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        try:
+            return await pipe.call("EVALSHA", self.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            return await pipe.call("EVAL", self.source, len(keys), *keys, *args)
 
 
 class RedisLimitStore:
@@ -114,6 +146,18 @@ class RedisLimitStore:
         self._renew = _Script(lua.RENEW)
         self._seed = _Script(lua.SEED)
         self._unreported: set[str] = set()  # popped from `dirty` but not yet handed out
+        timeout = client.connection_pool.connection_kwargs.get("socket_timeout") or 5.0
+        self._pipe = PipedRedis.like(
+            client,
+            timeout=timeout,
+            scripts=(s.source for s in (self._admit, self._settle, self._snapshot, self._seed)),
+        )
+        # Lease ids: unique across processes (the random part) and cheap per request (the count).
+        self._lease_ids = map(f"{uuid4().hex[:16]}-{{:x}}".format, itertools.count())
+        # Each user's key names, made once (a request's admission and settlement name them).
+        self._keys: dict[str, list[str]] = {}
+        self._admit_keys_of: dict[str, list[str]] = {}
+        self._settle_keys_of: dict[str, list[str]] = {}
 
     @classmethod
     def from_url(
@@ -134,13 +178,34 @@ class RedisLimitStore:
         return cls(client, prefix, lease_seconds=lease_seconds, owns_client=True)
 
     def _user_keys(self, user: str) -> list[str]:
-        p = self._prefix
-        return [
-            f"{p}usage:{user}",
-            f"{p}window:{user}",
-            f"{p}leases:{user}",
-            f"{p}lease_tokens:{user}",
-        ]
+        keys = self._keys.get(user)
+        if keys is None:
+            if len(self._keys) >= 10_000:
+                # A bound, not a cache policy: rebuilding them is cheap.
+                self._keys.clear()
+                self._admit_keys_of.clear()
+                self._settle_keys_of.clear()
+            p = self._prefix
+            keys = self._keys[user] = [
+                f"{p}usage:{user}",
+                f"{p}window:{user}",
+                f"{p}leases:{user}",
+                f"{p}lease_tokens:{user}",
+            ]
+        return keys
+
+    def _admit_keys(self, user: str) -> list[str]:
+        keys = self._admit_keys_of.get(user)
+        if keys is None:
+            keys = self._admit_keys_of[user] = [*self._user_keys(user), self._dirty_key]
+        return keys
+
+    def _settle_keys(self, user: str) -> list[str]:
+        keys = self._settle_keys_of.get(user)
+        if keys is None:
+            usage, _window, leases, tokens = self._user_keys(user)
+            keys = self._settle_keys_of[user] = [usage, leases, tokens, self._dirty_key]
+        return keys
 
     @property
     def _dirty_key(self) -> str:
@@ -148,7 +213,7 @@ class RedisLimitStore:
 
     async def admit(self, user: str, limits: Limits, estimate_tokens: int, now: float) -> Ticket:
         validate_tokens("estimate_tokens", estimate_tokens)
-        lease_id = uuid4().hex
+        lease_id = next(self._lease_ids)
         expires = now + self._lease_seconds
         args: list[str | int] = [
             _num(now),
@@ -160,15 +225,15 @@ class RedisLimitStore:
             lease_id,
             _num(expires),
             user,
-            _num(WINDOW_SECONDS),
-            _num(BUSY_RETRY_SECONDS),
+            _WINDOW,
+            _BUSY_RETRY,
             self._window_ttl_ms,
             self._lease_ttl_ms,
         ]
-        async with _unavailable_on_redis_errors(self._client):
-            reply = await self._admit.run(
-                self._client, [*self._user_keys(user), self._dirty_key], args
-            )
+        try:
+            reply = await self._admit.call(self._pipe, self._admit_keys(user), args)
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
+            raise await _unavailable_after(self._client, exc) from exc
         if int(reply[0]) == 2:
             raise UsageNotLoaded(
                 "rate limiting is reloading this user's usage after Redis lost it; retry"
@@ -196,8 +261,13 @@ class RedisLimitStore:
         )
 
     async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
+        await self.settle_soon(ticket, used_tokens, now)
+
+    def settle_soon(self, ticket: Ticket, used_tokens: int, now: float) -> asyncio.Future[None]:
+        """Writes the settlement now, ahead of anything this process sends Redis afterwards;
+        the future is its reply (LimitStoreUnavailable when Redis did not take it)."""
         validate_tokens("used_tokens", used_tokens)
-        usage, _window, leases, tokens = self._user_keys(ticket.user)
+        keys = self._settle_keys(ticket.user)
         args: list[str | int] = [
             _num(now),
             ticket.lease_id,
@@ -206,8 +276,25 @@ class RedisLimitStore:
             _num(ticket.period_start),
             ticket.user,
         ]
-        async with _unavailable_on_redis_errors(self._client):
-            await self._settle.run(self._client, [usage, leases, tokens, self._dirty_key], args)
+        sent = self._settle.send(self._pipe, keys, args)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def answered(reply: asyncio.Future[Any]) -> None:
+            if reply.cancelled():
+                done.set_exception(LimitStoreUnavailable("settling limits was cancelled"))
+                return
+            exc = reply.exception()
+            if isinstance(exc, redis_errors.NoScriptError):
+                # The script cache was flushed under the open connection: sent whole, later.
+                retry = asyncio.ensure_future(self._settle.call(self._pipe, keys, args))
+                retry.add_done_callback(answered)
+            elif exc is not None:
+                done.set_exception(_unavailable(exc))
+            else:
+                done.set_result(None)
+
+        sent.add_done_callback(answered)
+        return done
 
     async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
         by_user: dict[str, list[str | int]] = {}
@@ -223,9 +310,11 @@ class RedisLimitStore:
                 await self._renew.run(self._client, [usage, lease_key, tokens], [*head, *leases])
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
-        args = [_num(now), _num(limits.period_seconds), _num(WINDOW_SECONDS)]
+        args: list[str | int] = [_num(now), _num(limits.period_seconds), _WINDOW]
+        # On the pipelined connection: a view this process shows after a request ended is
+        # read after that request's settlement.
         async with _unavailable_on_redis_errors(self._client):
-            reply = await self._snapshot.run(self._client, self._user_keys(user), args)
+            reply = await self._snapshot.call(self._pipe, self._user_keys(user), args)
         if len(reply) == 1:
             raise UsageNotLoaded("this user's usage is being reloaded after Redis lost it; retry")
         return _parse_snapshot(user, reply) or UsageSnapshot(user, now, 0, 0, 0, 0, 0, as_of=now)
@@ -256,7 +345,7 @@ class RedisLimitStore:
             *(_num(t) for t in admissions),
         ]
         async with _unavailable_on_redis_errors(self._client):
-            await self._seed.run(self._client, self._user_keys(user), args)
+            await self._seed.call(self._pipe, self._user_keys(user), args)
 
     async def dirty(self) -> list[UsageSnapshot]:
         """Pops the shared dirty set: with several replicas, each change is reported by one."""
@@ -287,6 +376,7 @@ class RedisLimitStore:
         return snapshots
 
     async def close(self) -> None:
+        await self._pipe.aclose()  # the settlements still due are answered first
         if self._owns_client:
             await self._client.aclose()
 

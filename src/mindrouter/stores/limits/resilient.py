@@ -16,6 +16,7 @@ interval rather than one per request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -83,19 +84,48 @@ class ResilientLimitStore:
         )
 
     async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
+        await self.settle_soon(ticket, used_tokens, now)
+
+    def settle_soon(self, ticket: Ticket, used_tokens: int, now: float) -> asyncio.Future[None]:
+        """Never fails: a settlement Redis does not take is charged here instead (see the
+        module doc). The future is done once it was applied, in one store or the other."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if ticket.lease_id in self._local_leases:
             self._local_leases.discard(ticket.lease_id)
         elif now >= self._down_until:
+
+            def answered(sent: asyncio.Future[None]) -> None:
+                exc = sent.exception() if not sent.cancelled() else LimitStoreUnavailable("")
+                if isinstance(exc, LimitStoreUnavailable):
+                    self._deferred(exc, ticket, used_tokens, now)
+                elif exc is not None:
+                    _log.error("settling limits failed: %s", exc)
+                done.set_result(None)
+
             try:
-                await self._primary.settle(ticket, used_tokens, now)
-                return
+                sent = self._primary.settle_soon(ticket, used_tokens, now)
             except LimitStoreUnavailable as exc:
-                self._down_until = now + self._retry_after
-                self._on_degraded(f"settle deferred: {exc.message}")
+                self._deferred(exc, ticket, used_tokens, now)
+                done.set_result(None)
+            else:
+                sent.add_done_callback(answered)
+            return done
         else:
             self._on_degraded("settle deferred: the limit store is marked unavailable")
+        self._charge_here(ticket, used_tokens, now)
+        done.set_result(None)
+        return done
+
+    def _deferred(
+        self, exc: LimitStoreUnavailable, ticket: Ticket, used_tokens: int, now: float
+    ) -> None:
+        self._down_until = now + self._retry_after
+        self._on_degraded(f"settle deferred: {exc.message}")
+        self._charge_here(ticket, used_tokens, now)
+
+    def _charge_here(self, ticket: Ticket, used_tokens: int, now: float) -> None:
         # The local store releases its own lease, or just charges a ticket it never issued.
-        await self._fallback.settle(ticket, used_tokens, now)
+        self._fallback.settle_now(ticket, used_tokens, now)
         if used_tokens:
             pending = self._pending.get(ticket.user)
             if pending is None:
