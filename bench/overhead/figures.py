@@ -11,12 +11,24 @@ import statistics
 from typing import Any
 
 DIRECT = "direct"
-GATEWAYS = ("mindrouter-bare", "mindrouter-governed", "litellm")
+GATEWAYS = (
+    "mindrouter-bare",
+    "floor",
+    "mindrouter-governed",
+    "mindrouter-governed-fast",
+    "litellm",
+    "mindrouter-governed-2w",
+    "litellm-2w",
+)
+RUN = "run"  # the figures that belong to no one gateway (bench/overhead/scenarios.py)
 
 # The criteria for a sustained rate.
 MIN_ACHIEVED = 0.99
 MAX_ERROR_RATE = 0.001
 MAX_ADDED_P99_MS = 25.0
+# The criteria for a stream concurrency one core relays: over direct at the same concurrency.
+MAX_ADDED_GAP_P99_MS = 2.0
+MAX_ADDED_TTFT_P99_MS = 10.0
 
 Point = dict[str, Any]
 
@@ -94,11 +106,52 @@ def max_sustained(points: list[Point], target: str) -> tuple[int | None, int | N
     return best, None
 
 
+def stream_held(s: Point, d: Point) -> bool:
+    """A stream concurrency relayed within the criteria (`s` the gateway's point, `d` direct's)."""
+    if not all(_num(x) for x in (s["gap_p99_ms"], d["gap_p99_ms"], s["ttft_p99_ms"])):
+        return False
+    return bool(
+        s["gap_p99_ms"] - d["gap_p99_ms"] <= MAX_ADDED_GAP_P99_MS
+        and s["ttft_p99_ms"] - d["ttft_p99_ms"] <= MAX_ADDED_TTFT_P99_MS
+        and s["error_rate"] <= MAX_ERROR_RATE
+        and s["coalesced_streams"] == 0
+    )
+
+
+def stream_capacity(points: list[Point], target: str) -> dict[str, Any] | None:
+    """The highest concurrency held with every lower one held too, and the first that failed."""
+    levels = sorted({p["concurrency"] for p in select(points, "stream", target)})
+    if len(levels) < 2:
+        return None
+    best: int | None = None
+    failed: int | None = None
+    for conc in levels:
+        s = first(points, "stream", target, concurrency=conc)
+        d = first(points, "stream", DIRECT, concurrency=conc)
+        if s is None or d is None or not stream_held(s, d):
+            failed = conc
+            break
+        best = conc
+    at = first(points, "stream", target, concurrency=best) if best else None
+    return {
+        "max_streams": best,
+        "first_failing_streams": failed,
+        "levels": levels,
+        "cpu_us_per_chunk_at_max": at["cpu_us_per_chunk"] if at else None,
+        "cpu_us_per_chunk": {
+            str(p["concurrency"]): p.get("cpu_us_per_chunk")
+            for p in select(points, "stream", target)
+        },
+    }
+
+
 def figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    from bench.overhead import scenarios
+
     points: list[Point] = data["points"]
     plan = data["meta"]["plan"]
     rate = plan.get("fixed_rate", 200)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {RUN: scenarios.summary(points)}
     for name in GATEWAYS:
         if name not in data["targets"]:
             continue
@@ -120,6 +173,8 @@ def figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
         best, failed = max_sustained(points, name)
         f["max_sustained_rps"] = best
         f["first_failing_rps"] = failed
+        # The floor stops at the fixed rate: what it held there is a lower bound.
+        f["sweep_stopped_at_fixed_rate"] = name == "floor" and failed is None
         below = [p for p in select(points, "sweep", name) if best and p["rate"] <= best]
         if below:
             f["error_rate_up_to_sustained"] = sum(p["errors"] for p in below) / sum(
@@ -137,8 +192,16 @@ def figures(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
                     "chunks_received_min": s["chunks_received_min"],
                     "gap_p99_ms": s["gap_p99_ms"],
                     "direct_gap_p99_ms": d["gap_p99_ms"],
+                    "added_gap_p99_ms": s["gap_p99_ms"] - d["gap_p99_ms"]
+                    if _num(s["gap_p99_ms"]) and _num(d["gap_p99_ms"])
+                    else None,
                     "error_rate": s["error_rate"],
+                    "cpu_us_per_chunk": s.get("cpu_us_per_chunk"),
+                    "held": stream_held(s, d),
                 }
+        cap = stream_capacity(points, name)
+        if cap is not None:
+            f["stream_capacity"] = cap
         soak = first(points, "soak", name)
         f["memory"] = {
             "idle_mib": t.get("idle", {}).get("rss_mib"),

@@ -106,11 +106,11 @@ async def measure(server: Server, path: str, rate: float, duration: float) -> di
     }
 
 
-async def main(rates: list[float], duration: float) -> str:
-    work = Path(tempfile.mkdtemp(prefix="mrfloor-"))
-    mock = await start_mock(work)
-    app_dir = work / "app"
-    app_dir.mkdir()
+async def start_floor(mock_port: int, work: Path) -> Server:
+    """The Starlette + aiohttp relay (and "hello" app) on the gateways' core, relaying to the
+    mock at `mock_port`; also a target of `python -m bench.overhead`."""
+    app_dir = work / "floor-app"
+    app_dir.mkdir(exist_ok=True)
     (app_dir / "floor_app.py").write_text(APP)
     port = free_port()
     proc = _spawn(
@@ -118,13 +118,27 @@ async def main(rates: list[float], duration: float) -> str:
          "uvloop", "--http", "httptools", "--log-level", "warning", "--app-dir", str(app_dir)],
         work / "floor.log",
         GATEWAY_CORE,
-        env={"FLOOR_UPSTREAM": f"http://{HOST}:{mock.port}/v1/chat/completions"},
+        env={"FLOOR_UPSTREAM": f"http://{HOST}:{mock_port}/v1/chat/completions"},
     )  # fmt: skip
-    floor = Server("floor", port, proc, work / "floor.log")
-    rows = []
+    floor = Server("floor", port, proc, work / "floor.log", info={"app": "Starlette + aiohttp"})
     try:
         await _wait_ready(floor, "/health", 60)
-        await _wait_ready(mock, "/health", 30)
+    except BaseException:
+        await floor.stop()
+        raise
+    return floor
+
+
+async def main(rates: list[float], duration: float) -> str:
+    work = Path(tempfile.mkdtemp(prefix="mrfloor-"))
+    mock = await start_mock(work)
+    try:
+        floor = await start_floor(mock.port, work)
+    except BaseException:
+        await mock.stop()
+        raise
+    rows = []
+    try:
         for rate in rates:
             direct = await measure(mock, "/v1/chat/completions", rate, duration)
             for name, path in (("hello", "/hello"), ("relay", "/v1/chat/completions")):

@@ -6,9 +6,15 @@ A raw asyncio protocol (uvloop when installed) with httptools parsing: no framew
 allocation beyond the parse, so it answers in a few microseconds and leaves the measured time to
 whatever sits between the client and it.
 
-- POST /v1/chat/completions: a fixed ~1 KB chat completion with `usage`; with `"stream": true`,
-  SSE chunks shaped by the current stream settings (first-token delay, chunk count, gap), then a
-  usage chunk and `[DONE]`.
+- POST /v1/chat/completions: a fixed ~1 KB chat completion with `usage`, at once; with
+  `"stream": true`, SSE chunks shaped by the current stream settings (first-token delay, chunk
+  count, gap), then a usage chunk and `[DONE]`.
+- A streamed request whose messages carry the marker `[whole]` gets the unary reply as a stream,
+  at once: the same text and usage as the unary answer, cut into the configured number of
+  chunks, written without a first-token delay or gaps. A gateway that serves a non-streamed
+  request by opening an engine stream and collecting it (MindRouter does) then waits at the mock
+  exactly as long as the direct unary request does, so "added latency" compares like with like.
+  The benchmark puts the marker in every non-streamed request it sends.
 - GET /v1/models, /health: enough for health probes.
 - POST /_config {"first_token_ms", "chunks", "gap_ms"}: the stream shape for later requests.
 - GET /_stats: requests served and, per tagged stream, when the mock saw the client go away
@@ -24,6 +30,7 @@ import asyncio
 import contextlib
 import re
 import time
+from itertools import pairwise
 from typing import Any, cast
 
 import httptools
@@ -36,6 +43,8 @@ WORDS = (
 # About 1 KB of JSON in all: the text is most of it.
 TEXT = (WORDS * 4)[:760]
 TAG = re.compile(rb"\[tag:([A-Za-z0-9_-]+)\]")
+WHOLE = b"[whole]"
+UNARY_USAGE = {"prompt_tokens": 25, "completion_tokens": 150, "total_tokens": 175}
 
 
 def completion_body(model: str) -> bytes:
@@ -52,7 +61,7 @@ def completion_body(model: str) -> bytes:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {"prompt_tokens": 25, "completion_tokens": 150, "total_tokens": 175},
+            "usage": UNARY_USAGE,
         }
     )
 
@@ -121,6 +130,18 @@ class State:
         self.usage_template = usage
         self.finish = _chunked(_chunk(m, {}, "stop"))
         self.done = _chunked(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+        self.render_whole()
+
+    def render_whole(self) -> None:
+        """The unary reply as one burst of `chunks` SSE chunks (see the module's docstring)."""
+        m, n = self.model, max(1, self.chunks)
+        cuts = [len(TEXT) * i // n for i in range(n + 1)]
+        parts = [TEXT[a:b] for a, b in pairwise(cuts)]
+        body = [_chunked(_chunk(m, {"role": "assistant", "content": parts[0]}))]
+        body += [_chunked(_chunk(m, {"content": p})) for p in parts[1:]]
+        usage = {**self.usage_template, "usage": UNARY_USAGE}
+        body.append(self.finish + _chunked(b"data: " + orjson.dumps(usage) + b"\n\n") + self.done)
+        self.whole_stream = STREAM_HEAD + b"".join(body)
 
     def end_of_stream(self, chunks: int) -> bytes:
         usage = dict(self.usage_template)
@@ -199,6 +220,11 @@ class MockProtocol(asyncio.Protocol):
             # A cheap look before parsing: most requests are not streams.
             if b'"stream"' in body and orjson.loads(body).get("stream") is True:
                 s.streams += 1
+                if WHOLE in body:
+                    t.write(s.whole_stream)
+                    if not self.parser.should_keep_alive():
+                        t.close()
+                    return
                 match = TAG.search(body)
                 self._stream = StreamJob(self, t, s, match.group(1).decode() if match else None)
                 return
@@ -212,6 +238,7 @@ class MockProtocol(asyncio.Protocol):
             s.first_token_s = float(cfg.get("first_token_ms", s.first_token_s * 1000)) / 1000
             s.chunks = int(cfg.get("chunks", s.chunks))
             s.gap_s = float(cfg.get("gap_ms", s.gap_s * 1000)) / 1000
+            s.render_whole()
             t.write(response(200, b"{}"))
         elif method == b"GET" and path == b"/_stats":
             stats = {

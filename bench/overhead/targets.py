@@ -23,7 +23,6 @@ from uuid import uuid4
 
 import yaml
 
-from bench.overhead import litellm_env
 from bench.overhead.client import get
 
 HOST = "127.0.0.1"
@@ -78,6 +77,20 @@ def user_system(pids: list[int]) -> tuple[float, float]:
         user += int(fields[11])
         system += int(fields[12])
     return user / CLK_TCK, system / CLK_TCK
+
+
+def children_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each direct child of `pid` with its own descendants: per worker process
+    of a server that runs several."""
+    return {child: cpu_seconds(_tree(child)) for child in _tree(pid) if _ppid(child) == pid}
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except OSError:
+        return None
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -193,7 +206,13 @@ async def start_mock(workdir: Path) -> Server:
 
 
 def mindrouter_config(
-    profile: str, mock_port: int, workdir: Path, database_url: str, redis_prefix: str | None
+    profile: str,
+    mock_port: int,
+    workdir: Path,
+    database_url: str,
+    redis_prefix: str | None,
+    extra: dict[str, Any] | None = None,
+    stem: str | None = None,
 ) -> Path:
     governed = profile == "governed"
     big = governed  # limits high enough never to trigger; 0 means unlimited in the bare profile
@@ -235,7 +254,8 @@ def mindrouter_config(
     if governed:
         config["redis_url"] = REDIS_URL
         config["redis_prefix"] = redis_prefix
-    path = workdir / f"mindrouter-{profile}.yaml"
+    config.update(extra or {})
+    path = workdir / f"{stem or 'mindrouter-' + profile}.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
@@ -313,13 +333,31 @@ async def governed_available() -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Variant:
+    """How one MindRouter target differs from its profile's defaults."""
+
+    name: str | None = None  # the server's name; `mindrouter-<profile>` by default
+    config: dict[str, Any] = field(default_factory=dict)  # top-level settings over the profile's
+    serve_args: tuple[str, ...] = ()  # after `serve --config F --port P`
+    core: str = GATEWAY_CORE  # the `taskset -c` list
+
+
 async def start_mindrouter(
-    profile: str, mock_port: int, workdir: Path, launcher: list[str] | None = None
+    profile: str,
+    mock_port: int,
+    workdir: Path,
+    launcher: list[str] | None = None,
+    variant: Variant | None = None,
 ) -> Server:
     """`profile` is bare or governed. `launcher` replaces `python -m mindrouter.cli` (the
     profiling variants use it to start the same CLI with a different event loop)."""
+    v = variant or Variant()
+    name = v.name or f"mindrouter-{profile}"
     cleanup: list[Any] = []
-    info: dict[str, Any] = {"profile": profile}
+    info: dict[str, Any] = {"profile": profile, **v.config}
+    if v.serve_args:
+        info["serve_args"] = " ".join(v.serve_args)
     redis_prefix = None
     if profile == "governed":
         db = "mrbench_" + uuid4().hex[:12]
@@ -344,16 +382,23 @@ async def start_mindrouter(
     else:
         database_url = f"sqlite+aiosqlite:///{workdir / 'bare.db'}"
         info.update(database="sqlite", redis=None)
-    config = mindrouter_config(profile, mock_port, workdir, database_url, redis_prefix)
+    config = mindrouter_config(
+        profile, mock_port, workdir, database_url, redis_prefix, v.config, name
+    )
     try:
-        _mindrouter_cli("migrate", "--config", str(config))
-        key = _mindrouter_cli("keys", "create", "--config", str(config), "--user", "bench")
+        # In a thread: several targets start at once (see run.Bench).
+        await asyncio.to_thread(_mindrouter_cli, "migrate", "--config", str(config))
+        key = await asyncio.to_thread(
+            _mindrouter_cli, "keys", "create", "--config", str(config), "--user", "bench"
+        )
         key = key.strip().splitlines()[-1].strip()
         port = free_port()
-        log = workdir / f"mindrouter-{profile}.log"
+        log = workdir / f"{name}.log"
         argv = launcher or [sys.executable, "-m", "mindrouter.cli"]
         proc = _spawn(
-            [*argv, "serve", "--config", str(config), "--port", str(port)], log, GATEWAY_CORE
+            [*argv, "serve", "--config", str(config), "--port", str(port), *v.serve_args],
+            log,
+            v.core,
         )
     except BaseException:
         for step in cleanup:
@@ -361,7 +406,7 @@ async def start_mindrouter(
                 await step()
         raise
     server = Server(
-        f"mindrouter-{profile}",
+        name,
         port,
         proc,
         log,
@@ -371,74 +416,6 @@ async def start_mindrouter(
     )
     try:
         await _wait_ready(server, "/healthz")
-    except BaseException:
-        await server.stop()
-        raise
-    return server
-
-
-# -- LiteLLM ---------------------------------------------------------------------------------
-
-
-async def start_litellm(mock_port: int, workdir: Path) -> Server:
-    venv = litellm_env.ensure()
-    master = "sk-bench-" + uuid4().hex
-    config = {
-        "model_list": [
-            {
-                "model_name": MODEL,
-                "litellm_params": {
-                    "model": f"openai/{MODEL}",
-                    "api_base": f"http://{HOST}:{mock_port}/v1",
-                    "api_key": "none",
-                },
-            }
-        ],
-        "litellm_settings": {"set_verbose": False, "drop_params": True},
-        "general_settings": {"master_key": master},
-    }
-    path = workdir / "litellm.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    port = free_port()
-    log = workdir / "litellm.log"
-    env: dict[str, str | None] = {
-        "LITELLM_LOG": "WARNING",
-        # The cost map is otherwise fetched from the network at start.
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_TELEMETRY": "False",
-        "DISABLE_ADMIN_UI": "True",
-        # Its /v1/messages would otherwise translate to OpenAI's Responses API, which neither
-        # the mock nor most OpenAI-compatible engines serve; MindRouter uses chat completions.
-        "LITELLM_USE_CHAT_COMPLETIONS_URL_FOR_ANTHROPIC_MESSAGES": "True",
-    }
-    for var in ("DATABASE_URL", "REDIS_HOST", "REDIS_URL"):
-        env[var] = None
-    proc = _spawn(
-        [
-            str(venv / "bin" / "litellm"),
-            "--config",
-            str(path),
-            "--host",
-            HOST,
-            "--port",
-            str(port),
-            "--num_workers",
-            "1",
-        ],
-        log,
-        GATEWAY_CORE,
-        env=env,
-    )
-    server = Server(
-        "litellm",
-        port,
-        proc,
-        log,
-        headers={"authorization": f"Bearer {master}"},
-        info={"version": litellm_env.LITELLM, "mode": "bare: master key, no database"},
-    )
-    try:
-        await _wait_ready(server, "/health/liveliness")
     except BaseException:
         await server.stop()
         raise
