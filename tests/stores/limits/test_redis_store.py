@@ -81,15 +81,21 @@ async def test_redis_matches_the_memory_store(seed: int, redis_server: RedisServ
     assert await shared.dirty() == await memory.dirty()
 
 
+def _admit_call(prefix: str) -> tuple[list[str], list[str | int]]:
+    """The keys and arguments of one admission of user `u` (5 tokens, no limits)."""
+    p = f"{prefix}limits:"
+    keys = [f"{p}usage:u", f"{p}window:u", f"{p}leases:u", f"{p}lease_tokens:u", f"{p}dirty"]
+    args: list[str | int] = [repr(T0), 0, 0, 0, "86400.0", 5, "lease", repr(T0 + 9), "u"]
+    args += ["60.0", "1.0", 120_000, 120_000]
+    return keys, args
+
+
 async def test_a_lost_script_cache_is_refilled(redis_server: RedisServer) -> None:
     # A variant of the admit script no server has seen: the first EVALSHA answers NOSCRIPT.
     script = _Script(ADMIT + f"\n-- {redis_server.prefix}")
     client = redis_server.clients[0]
     assert await client.script_exists(script.sha) == [False]
-    p = f"{redis_server.prefix}limits:"
-    keys = [f"{p}usage:u", f"{p}window:u", f"{p}leases:u", f"{p}lease_tokens:u", f"{p}dirty"]
-    args: list[str | int] = [repr(T0), 0, 0, 0, "86400.0", 5, "lease", repr(T0 + 9), "u"]
-    args += ["60.0", "1.0", 120_000, 120_000]
+    keys, args = _admit_call(redis_server.prefix)
     await client.hset(keys[0], "seeded", "1")  # the user's usage is loaded
     reply = await script.run(client, keys, args)
     assert int(reply[0]) == 1
@@ -145,10 +151,7 @@ async def test_a_script_missing_under_an_open_connection_is_sent_whole(
     script = _Script(ADMIT + f"\n-- {redis_server.prefix} pipelined")
     client = redis_server.clients[0]
     assert await client.script_exists(script.sha) == [False]
-    p = f"{redis_server.prefix}limits:"
-    keys = [f"{p}usage:u", f"{p}window:u", f"{p}leases:u", f"{p}lease_tokens:u", f"{p}dirty"]
-    args: list[str | int] = [repr(T0), 0, 0, 0, "86400.0", 5, "lease", repr(T0 + 9), "u"]
-    args += ["60.0", "1.0", 120_000, 120_000]
+    keys, args = _admit_call(redis_server.prefix)
     reply = await script.call(store._pipe, keys, args)
     assert int(reply[0]) == 1
     assert await client.script_exists(script.sha) == [True]
