@@ -86,3 +86,27 @@ async def test_a_hung_redis_times_out_and_the_connection_is_opened_again(
         pytest.fail("the store did not reconnect")
     assert store._pipe.connects >= 2
     await store.close()
+
+
+async def test_the_first_renewal_after_redis_restarted_reaches_it(own_redis: OwnRedis) -> None:
+    # Renewals run every few seconds, long after the restart: none of them may meet a
+    # connection that died with the old server, which would mark the store down and refuse
+    # admissions that Redis could answer.
+    primary = RedisLimitStore.from_url(own_redis.url, "mrtest:", timeout_seconds=1.0)
+    store = ResilientLimitStore(primary, RedisUnavailablePolicy.FAIL_CLOSED, retry_primary_after=60)
+    await store.seed("carol", None, 0, 0)
+    tickets = [await store.admit("carol", LIMITS, 10, T0) for _ in range(2)]
+    await store.renew(tickets, T0 + 1)
+    own_redis.kill()
+    own_redis.start()  # empty
+    for _ in range(1000):  # the loss is seen when the loop next reads the socket
+        if primary._pipe._conn is None:
+            break
+        await asyncio.sleep(0.001)
+    await store.seed("carol", None, 0, 0)  # as the usage sync reloads it
+    await store.renew(tickets, T0 + 2)
+    # Not marked down: the next admission is Redis's.
+    await store.settle(tickets[0], 5, T0 + 3)
+    ticket = await store.admit("carol", LIMITS, 10, T0 + 3)
+    assert ticket.origin == "redis" and store.pending_tokens == {}
+    await store.close()

@@ -150,7 +150,10 @@ class RedisLimitStore:
         self._pipe = PipedRedis.like(
             client,
             timeout=timeout,
-            scripts=(s.source for s in (self._admit, self._settle, self._snapshot, self._seed)),
+            scripts=(
+                s.source
+                for s in (self._admit, self._settle, self._snapshot, self._seed, self._renew)
+            ),
         )
         # Lease ids: unique across processes (the random part) and cheap per request (the count).
         self._lease_ids = map(f"{uuid4().hex[:16]}-{{:x}}".format, itertools.count())
@@ -304,10 +307,13 @@ class RedisLimitStore:
         if not by_user:
             return
         head: list[str | int] = [_num(now), _num(now + self._lease_seconds), self._lease_ttl_ms]
+        # On the pipelined connection too: it connects afresh after Redis restarted, where an
+        # idle pooled connection would fail the first renewal after it (and that failure would
+        # mark the store down for the admissions).
         async with _unavailable_on_redis_errors(self._client):
             for user, leases in by_user.items():
                 usage, _window, lease_key, tokens = self._user_keys(user)
-                await self._renew.run(self._client, [usage, lease_key, tokens], [*head, *leases])
+                await self._renew.call(self._pipe, [usage, lease_key, tokens], [*head, *leases])
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
         args: list[str | int] = [_num(now), _num(limits.period_seconds), _WINDOW]
