@@ -6,8 +6,8 @@ Its clean-up settles the ticket with what was really used without waiting for Re
 the settlement is on its way (ahead of anything this process sends Redis later) before the
 clean-up goes on, so before the answer's ending is sent (a stream's last event comes after the
 clean-up, `relay.stream`), and a client that sends its next request when it has the answer finds
-its slot free. The counters are seeded from the durable usage the
-first time a process sees a user (`usage_sync.py`).
+its slot free. The counters are seeded from the durable usage the first time a process sees a
+user (`usage_sync.py`).
 """
 
 from __future__ import annotations
