@@ -49,6 +49,8 @@ async def concurrent(store: LimitStore, requests: int, batch: int = 64) -> float
 
 
 async def measure(name: str, store: LimitStore, requests: int) -> None:
+    for user in USERS:  # as the gateway does the first time it sees a user: nothing used yet
+        await store.seed(user, None, 0, 0)
     await sequential(store, min(requests, 500))  # warm up: connections, script cache
     seq = await sequential(store, requests)
     conc = await concurrent(store, requests)
