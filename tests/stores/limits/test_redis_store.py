@@ -24,7 +24,7 @@ from mindrouter.stores.limits import (
     UsageNotLoaded,
 )
 from mindrouter.stores.limits.lua import ADMIT
-from mindrouter.stores.limits.redis_store import _Script
+from mindrouter.stores.limits.redis_wire import Script
 
 from .conftest import REDIS_URL, RedisServer
 
@@ -91,7 +91,7 @@ def _admit_call(prefix: str) -> tuple[list[str], list[str | int]]:
 
 async def test_a_lost_script_cache_is_refilled(redis_server: RedisServer) -> None:
     # A variant of the admit script no server has seen: the first EVALSHA answers NOSCRIPT.
-    script = _Script(ADMIT + f"\n-- {redis_server.prefix}")
+    script = Script(ADMIT + f"\n-- {redis_server.prefix}")
     client = redis_server.clients[0]
     assert await client.script_exists(script.sha) == [False]
     keys, args = _admit_call(redis_server.prefix)
@@ -132,7 +132,7 @@ async def test_a_script_missing_under_an_open_connection_is_sent_whole(
     store = redis_server.store()
     await store.seed("u", None, 0, 0)
     await store.admit("u", Limits(), 1, T0)  # the pipelined connection is open
-    script = _Script(ADMIT + f"\n-- {redis_server.prefix} pipelined")
+    script = Script(ADMIT + f"\n-- {redis_server.prefix} pipelined")
     client = redis_server.clients[0]
     assert await client.script_exists(script.sha) == [False]
     keys, args = _admit_call(redis_server.prefix)

@@ -6,7 +6,7 @@ settlements (what every request sends), usage views and loads go over one pipeli
 (`stores/redis_pipe.py`) on which their scripts are loaded when it opens: an admission is one
 round trip, and a settlement is written to the socket by `settle_soon` without the request
 waiting for its reply, ahead of anything this process sends afterwards (its next admissions and
-views included). Renewals and the dirty set go through the redis-py client.
+views included); so do the lease renewals. Only the dirty set goes through the redis-py client.
 Scripts run by EVALSHA; a server that lost its script cache under an open connection (SCRIPT
 FLUSH) answers NOSCRIPT, and the script is then sent whole (EVAL).
 
@@ -16,8 +16,8 @@ holding them renews the leases of its requests in flight every few seconds (`ren
 `pipeline/leases.py`), so a live request keeps its slot however long it runs, while the slots of a
 process that was killed are free again at most `lease_seconds` after its last renewal.
 
-Redis connection and timeout errors become `LimitStoreUnavailable` (an `Overloaded`) here, the one
-place they arise; `ResilientLimitStore` decides what to do about them. Give injected clients short
+Redis connection and timeout errors become `LimitStoreUnavailable` (an `Overloaded`,
+`redis_wire.py`); `ResilientLimitStore` decides what to do about them. Give injected clients short
 socket timeouts and no retries: redis-py retries by default, and a retried script that had already
 run would admit twice. `from_url` builds such a client. Targets a single Redis server (or a primary
 behind Sentinel): the scripts also touch the shared `dirty` set, which Redis Cluster would reject.
@@ -26,18 +26,14 @@ behind Sentinel): the scripts also touch the shared `dirty` set, which Redis Clu
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import Any
 from uuid import uuid4
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from mindrouter.errors import Overloaded
 from mindrouter.stores.limits import lua
 from mindrouter.stores.limits.model import (
     BUSY_RETRY_SECONDS,
@@ -52,6 +48,15 @@ from mindrouter.stores.limits.model import (
     rate_limited,
     validate_tokens,
 )
+from mindrouter.stores.limits.redis_wire import (
+    Script,
+    await_,
+    num,
+    parse_snapshot,
+    unavailable,
+    unavailable_after,
+    unavailable_on_redis_errors,
+)
 from mindrouter.stores.redis_client import short_timeout_client, text_of
 from mindrouter.stores.redis_pipe import PipedRedis
 
@@ -59,68 +64,7 @@ from mindrouter.stores.redis_pipe import PipedRedis
 _TTL_SLACK_MS = 60_000
 
 
-@asynccontextmanager
-async def _unavailable_on_redis_errors(client: Redis) -> AsyncIterator[None]:
-    try:
-        yield
-    except redis_errors.MaxConnectionsError as exc:
-        # Our own pool is exhausted (a non-blocking pool under a burst): Redis itself is fine, so
-        # this must not trip the unavailability policy.
-        raise Overloaded(f"rate limiting is busy (Redis client pool: {exc})") from exc
-    except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
-        raise await _unavailable_after(client, exc) from exc
-
-
-async def _unavailable_after(client: Redis, exc: Exception) -> LimitStoreUnavailable:
-    # After a Redis restart every idle pooled connection is dead, and each would fail one
-    # request in turn: drop them all, so that the next calls connect afresh.
-    with contextlib.suppress(Exception):
-        await client.connection_pool.disconnect(inuse_connections=False)
-    return LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})")
-
-
-def _unavailable(exc: BaseException) -> BaseException:
-    """What a settlement sent on the pipelined connection failed with, as the store raises it."""
-    if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
-        return LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})")
-    return exc
-
-
-def _num(value: float) -> str:
-    return repr(float(value))
-
-
-_WINDOW, _BUSY_RETRY = _num(WINDOW_SECONDS), _num(BUSY_RETRY_SECONDS)
-
-
-async def _await(result: Awaitable[Any] | Any) -> Any:
-    # redis-py types its asyncio commands as "awaitable or value" (shared with the sync client).
-    return await cast(Awaitable[Any], result)
-
-
-class _Script:
-    """A Lua script run by its SHA1, loaded on the first NOSCRIPT."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
-
-    async def run(self, client: Redis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        try:
-            return await _await(client.evalsha(self.sha, len(keys), *keys, *args))
-        except redis_errors.NoScriptError:
-            await _await(client.script_load(self.source))
-            return await _await(client.evalsha(self.sha, len(keys), *keys, *args))
-
-    def send(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        """The script sent on `pipe` (loaded there when it opened): the future of its reply."""
-        return pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
-
-    async def call(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        try:
-            return await pipe.call("EVALSHA", self.sha, len(keys), *keys, *args)
-        except redis_errors.NoScriptError:
-            return await pipe.call("EVAL", self.source, len(keys), *keys, *args)
+_WINDOW, _BUSY_RETRY = num(WINDOW_SECONDS), num(BUSY_RETRY_SECONDS)
 
 
 class RedisLimitStore:
@@ -140,11 +84,11 @@ class RedisLimitStore:
         self._lease_ttl_ms = int(lease_seconds * 1000) + _TTL_SLACK_MS
         self._window_ttl_ms = int(WINDOW_SECONDS * 1000) + _TTL_SLACK_MS
         self._owns_client = owns_client
-        self._admit = _Script(lua.ADMIT)
-        self._settle = _Script(lua.SETTLE)
-        self._snapshot = _Script(lua.SNAPSHOT)
-        self._renew = _Script(lua.RENEW)
-        self._seed = _Script(lua.SEED)
+        self._admit = Script(lua.ADMIT)
+        self._settle = Script(lua.SETTLE)
+        self._snapshot = Script(lua.SNAPSHOT)
+        self._renew = Script(lua.RENEW)
+        self._seed = Script(lua.SEED)
         self._unreported: set[str] = set()  # popped from `dirty` but not yet handed out
         timeout = client.connection_pool.connection_kwargs.get("socket_timeout") or 5.0
         self._pipe = PipedRedis.like(
@@ -219,14 +163,14 @@ class RedisLimitStore:
         lease_id = next(self._lease_ids)
         expires = now + self._lease_seconds
         args: list[str | int] = [
-            _num(now),
+            num(now),
             limits.token_budget,
             limits.rpm,
             limits.max_concurrent,
-            _num(limits.period_seconds),
+            num(limits.period_seconds),
             estimate_tokens,
             lease_id,
-            _num(expires),
+            num(expires),
             user,
             _WINDOW,
             _BUSY_RETRY,
@@ -236,7 +180,7 @@ class RedisLimitStore:
         try:
             reply = await self._admit.call(self._pipe, self._admit_keys(user), args)
         except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
-            raise await _unavailable_after(self._client, exc) from exc
+            raise await unavailable_after(self._client, exc) from exc
         if int(reply[0]) == 2:
             raise UsageNotLoaded(
                 "rate limiting is reloading this user's usage after Redis lost it; retry"
@@ -272,11 +216,11 @@ class RedisLimitStore:
         validate_tokens("used_tokens", used_tokens)
         keys = self._settle_keys(ticket.user)
         args: list[str | int] = [
-            _num(now),
+            num(now),
             ticket.lease_id,
             used_tokens,
-            _num(ticket.period_seconds),
-            _num(ticket.period_start),
+            num(ticket.period_seconds),
+            num(ticket.period_start),
             ticket.user,
         ]
         sent = self._settle.send(self._pipe, keys, args)
@@ -292,7 +236,7 @@ class RedisLimitStore:
                 retry = asyncio.ensure_future(self._settle.call(self._pipe, keys, args))
                 retry.add_done_callback(answered)
             elif exc is not None:
-                done.set_exception(_unavailable(exc))
+                done.set_exception(unavailable(exc))
             else:
                 done.set_result(None)
 
@@ -302,28 +246,28 @@ class RedisLimitStore:
     async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
         by_user: dict[str, list[str | int]] = {}
         for t in tickets:
-            lease: list[str | int] = [t.lease_id, _num(t.admitted_at), t.reserved_tokens]
+            lease: list[str | int] = [t.lease_id, num(t.admitted_at), t.reserved_tokens]
             by_user.setdefault(t.user, []).extend(lease)
         if not by_user:
             return
-        head: list[str | int] = [_num(now), _num(now + self._lease_seconds), self._lease_ttl_ms]
+        head: list[str | int] = [num(now), num(now + self._lease_seconds), self._lease_ttl_ms]
         # On the pipelined connection too: it connects afresh after Redis restarted, where an
         # idle pooled connection would fail the first renewal after it (and that failure would
         # mark the store down for the admissions).
-        async with _unavailable_on_redis_errors(self._client):
+        async with unavailable_on_redis_errors(self._client):
             for user, leases in by_user.items():
                 usage, _window, lease_key, tokens = self._user_keys(user)
                 await self._renew.call(self._pipe, [usage, lease_key, tokens], [*head, *leases])
 
     async def snapshot(self, user: str, limits: Limits, now: float) -> UsageSnapshot:
-        args: list[str | int] = [_num(now), _num(limits.period_seconds), _WINDOW]
+        args: list[str | int] = [num(now), num(limits.period_seconds), _WINDOW]
         # On the pipelined connection: a view this process shows after a request ended is
         # read after that request's settlement.
-        async with _unavailable_on_redis_errors(self._client):
+        async with unavailable_on_redis_errors(self._client):
             reply = await self._snapshot.call(self._pipe, self._user_keys(user), args)
         if len(reply) == 1:
             raise UsageNotLoaded("this user's usage is being reloaded after Redis lost it; retry")
-        return _parse_snapshot(user, reply) or UsageSnapshot(user, now, 0, 0, 0, 0, 0, as_of=now)
+        return parse_snapshot(user, reply) or UsageSnapshot(user, now, 0, 0, 0, 0, 0, as_of=now)
 
     async def seed(
         self,
@@ -335,7 +279,7 @@ class RedisLimitStore:
     ) -> None:
         validate_tokens("period_tokens", period_tokens)
         validate_tokens("lifetime_tokens", lifetime_tokens)
-        start = "" if period_start is None else _num(period_start)
+        start = "" if period_start is None else num(period_start)
         now = activity.now if activity is not None else 0.0
         admissions = activity.admissions if activity is not None else ()
         in_flight = activity.in_flight if activity is not None else 0
@@ -343,38 +287,38 @@ class RedisLimitStore:
             start,
             period_tokens,
             lifetime_tokens,
-            _num(now + self._lease_seconds),
+            num(now + self._lease_seconds),
             self._window_ttl_ms,
             self._lease_ttl_ms,
             in_flight,
-            _num(now),
-            *(_num(t) for t in admissions),
+            num(now),
+            *(num(t) for t in admissions),
         ]
-        async with _unavailable_on_redis_errors(self._client):
+        async with unavailable_on_redis_errors(self._client):
             await self._seed.call(self._pipe, self._user_keys(user), args)
 
     async def dirty(self) -> list[UsageSnapshot]:
         """Pops the shared dirty set: with several replicas, each change is reported by one."""
-        async with _unavailable_on_redis_errors(self._client):
-            while batch := await _await(self._client.spop(self._dirty_key, 1000)):
+        async with unavailable_on_redis_errors(self._client):
+            while batch := await await_(self._client.spop(self._dirty_key, 1000)):
                 self._unreported.update(text_of(user) for user in batch)
             users = sorted(self._unreported)
             # Load once, then pipeline: one round trip for every changed user.
-            await _await(self._client.script_load(self._snapshot.source))
+            await await_(self._client.script_load(self._snapshot.source))
             async with self._client.pipeline(transaction=False) as pipe:
                 for user in users:
-                    args = ["", "", _num(WINDOW_SECONDS)]
+                    args = ["", "", num(WINDOW_SECONDS)]
                     pipe.evalsha(self._snapshot.sha, 4, *self._user_keys(user), *args)
                 replies = await pipe.execute(raise_on_error=False)
             snapshots = []
             for user, piped in zip(users, replies, strict=True):
                 reply = piped
                 if isinstance(piped, redis_errors.NoScriptError):
-                    args = ["", "", _num(WINDOW_SECONDS)]
+                    args = ["", "", num(WINDOW_SECONDS)]
                     reply = await self._snapshot.run(self._client, self._user_keys(user), args)
                 elif isinstance(piped, Exception):
                     raise piped
-                snapshot = _parse_snapshot(user, reply)
+                snapshot = parse_snapshot(user, reply)
                 if snapshot is not None:
                     snapshots.append(snapshot)
         # Only now are they handed out; a failure above keeps them for the next call.
@@ -385,19 +329,3 @@ class RedisLimitStore:
         await self._pipe.aclose()  # the settlements still due are answered first
         if self._owns_client:
             await self._client.aclose()
-
-
-def _parse_snapshot(user: str, reply: Sequence[object]) -> UsageSnapshot | None:
-    if not reply:
-        return None
-    start, used, reserved, lifetime, in_flight, recent, as_of = (text_of(v) for v in reply)
-    return UsageSnapshot(
-        user=user,
-        period_start=float(start) if start else float(as_of),
-        period_tokens=int(used),
-        reserved_tokens=int(reserved),
-        lifetime_tokens=int(lifetime),
-        in_flight=int(in_flight),
-        requests_last_minute=int(recent),
-        as_of=float(as_of),
-    )
