@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import statistics
 import time
 from pathlib import Path
@@ -89,9 +88,7 @@ async def compare(ns: argparse.Namespace) -> Path:
         for t in gws.values():
             t.pool.close()
     finally:
-        for server in reversed(servers):
-            await server.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        await targets.stop_all(servers, workdir)
     path = run.RESULTS / f"overhead-variants-{ns.profile}.md"
     path.write_text(_compare_report(ns, names, rows, load))
     print(path.read_text())

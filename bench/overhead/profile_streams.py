@@ -244,10 +244,7 @@ async def against(ns: argparse.Namespace) -> Path:
         for t in gws.values():
             t.pool.close()
     finally:
-        for server in reversed(servers):
-            await server.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(old_src, ignore_errors=True)
+        await targets.stop_all(servers, workdir, old_src)
     path = run.RESULTS / f"overhead-streams-against-{ns.profile}-{ns.streams}.md"
     path.write_text(_against_report(ns, names, rows))
     print(path.read_text())

@@ -264,23 +264,18 @@ async def cpu(ns: argparse.Namespace) -> None:
             for n, t in order:
                 await asyncio.sleep(0.5)
                 t.server.refresh_pids()
-                c0 = t.server.cpu()
-                results, _ = await open_loop(t.pool, unary[n], ns.rate, ns.duration)
-                await asyncio.sleep(0.3)
-                ok = sum(r.ok for r in results)
-                rows[n]["unary"].append((t.server.cpu() - c0) / max(1, ok) * 1e3)
-                c0 = t.server.cpu()
-                results, _ = await closed_loop(t.pool, unary[n], ns.streams, ns.duration)
-                await asyncio.sleep(0.3)
-                ok = sum(r.ok for r in results)
-                rows[n]["unary closed"].append((t.server.cpu() - c0) / max(1, ok) * 1e3)
-                c0 = t.server.cpu()
-                results, _ = await closed_loop(
-                    t.pool, stream[n], ns.streams, ns.duration, stream=True
-                )
-                await asyncio.sleep(0.3)
-                ok = sum(r.ok for r in results)
-                rows[n]["stream"].append((t.server.cpu() - c0) / max(1, ok) * 1e3)
+                for kind in kinds:
+                    c0 = t.server.cpu()
+                    if kind == "unary":
+                        load = open_loop(t.pool, unary[n], ns.rate, ns.duration)
+                    else:
+                        body = stream[n] if kind == "stream" else unary[n]
+                        streamed = kind == "stream"
+                        load = closed_loop(t.pool, body, ns.streams, ns.duration, stream=streamed)
+                    results, _ = await load
+                    await asyncio.sleep(0.3)
+                    ok = sum(r.ok for r in results)
+                    rows[n][kind].append((t.server.cpu() - c0) / max(1, ok) * 1e3)
                 loads.append(os.getloadavg()[0])
                 print(
                     f"  r{round_} {n:<14} "
@@ -291,11 +286,8 @@ async def cpu(ns: argparse.Namespace) -> None:
         for t in gws.values():
             t.pool.close()
     finally:
-        for server in reversed(servers):
-            await server.stop()
+        await targets.stop_all(servers, workdir, old_src)
         own.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-        shutil.rmtree(old_src, ignore_errors=True)
     print(
         f"\nCPU ms per request, medians of {ns.rounds} interleaved rounds of {ns.duration:g} s "
         f"(unary: open loop {ns.rate:g}/s, then closed loop {ns.streams} at a time; "

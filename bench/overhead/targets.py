@@ -148,6 +148,14 @@ class Server:
                 print(f"  cleanup of {self.name} failed: {exc}", file=sys.stderr)
 
 
+async def stop_all(servers: list[Server], *directories: Path) -> None:
+    """Stops `servers`, the last started first, and removes the run's `directories`."""
+    for server in reversed(servers):
+        await server.stop()
+    for directory in directories:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _spawn(argv: list[str], log: Path, core: str, env: dict[str, str | None] | None = None) -> Any:
     """Starts `argv` pinned to `core`; `env` entries of None are removed from the environment."""
     pinned = ["taskset", "-c", core, *argv] if shutil.which("taskset") else argv
