@@ -152,8 +152,11 @@ class PgAuditConnection:
     async def _transaction(self, sql: str, args: list[tuple[Any, ...]]) -> None:
         conn = await self._connection()
         try:
-            async with conn.transaction():
-                await conn.executemany(sql, args)
+            # No explicit transaction: asyncpg runs `executemany` as one implicit transaction
+            # (every row's Bind/Execute, then one Sync: all rows or none), so a batch is one
+            # round trip instead of three (BEGIN, the rows, COMMIT), and the server's reply
+            # still comes after the commit, flushed to disk unless `audit_commit` is fast.
+            await conn.executemany(sql, args)
         except asyncpg.DataError as exc:
             # A value asyncpg cannot encode; nothing was sent. Its message quotes the value (a
             # piece of a prompt, say), so only the kind of error is passed on to the logs.
