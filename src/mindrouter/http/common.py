@@ -5,13 +5,14 @@ stream responses. How a route takes a request (context, caller, body) is `http/e
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 import orjson
 import structlog
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from mindrouter.canonical import Done, StreamEvent, StreamFailed
 from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
@@ -99,25 +100,50 @@ def json_response(body: Any, ctx: RequestContext, status: int = 200) -> Response
 EndHook = Callable[[], Awaitable[None]]
 
 
-async def _encode_stream(
-    encoder: StreamEncoder,
-    events: AsyncGenerator[StreamEvent, None],
-    before_end: EndHook | None,
-) -> AsyncIterator[bytes]:
-    try:
-        head = encoder.start()
-        if head:
-            yield head
-        async for event in events:
-            out = encoder.encode(event)
-            if before_end is not None and isinstance(event, Done | StreamFailed):
-                # What must be in place before the client reads the ending (a stored response
-                # that its next request may name) is done before the ending is written.
-                await before_end()
-            if out:
-                yield out
-    finally:
-        await events.aclose()
+class EventStream(Response):
+    """A streamed answer: each engine event encoded in the caller's dialect and sent at once.
+
+    Starlette's `StreamingResponse` is not used: on this server (ASGI spec 2.3) it runs the
+    stream in an anyio task group beside a second task that waits for the disconnect, and puts
+    one more async generator between the events and the socket. Here a disconnect is already
+    noticed by `CancelOnDisconnect`, which cancels the request's task, so the one loop below
+    encodes and sends each event as it comes, and closes the event generator however it ends
+    (the pipeline's clean-up runs there: the engine's stream closed, the tokens charged).
+    """
+
+    def __init__(
+        self,
+        encoder: StreamEncoder,
+        events: AsyncGenerator[StreamEvent, None],
+        headers: dict[str, str],
+        before_end: EndHook | None,
+    ) -> None:
+        self.status_code = 200
+        self.media_type = encoder.content_type
+        self.background = None
+        self._encoder = encoder
+        self._events = events
+        self._before_end = before_end
+        self.init_headers(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        encoder, before_end = self._encoder, self._before_end
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            head = encoder.start()
+            if head:
+                await send({"type": "http.response.body", "body": head, "more_body": True})
+            async for event in self._events:
+                out = encoder.encode(event)
+                if before_end is not None and isinstance(event, Done | StreamFailed):
+                    # What must be in place before the client reads the ending (a stored
+                    # response that its next request may name) is done before it is written.
+                    await before_end()
+                if out:
+                    await send({"type": "http.response.body", "body": out, "more_body": True})
+        finally:
+            await self._events.aclose()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def stream_response(
@@ -127,7 +153,7 @@ def stream_response(
     extra_headers: dict[str, str] | None = None,
     *,
     before_end: EndHook | None = None,
-) -> StreamingResponse:
+) -> EventStream:
     headers = {
         "x-request-id": ctx.request_id,
         "cache-control": "no-cache",
@@ -136,8 +162,4 @@ def stream_response(
     }
     if extra_headers:
         headers.update(extra_headers)
-    return StreamingResponse(
-        _encode_stream(encoder, events, before_end),
-        media_type=encoder.content_type,
-        headers=headers,
-    )
+    return EventStream(encoder, events, headers, before_end)
