@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+from tests.pipeline.asgi import begin
 from tests.pipeline.conftest import Factory
 from tests.pipeline.harness import DIALECTS, backend, error_message, until
 
@@ -58,3 +59,30 @@ async def test_no_capacity_within_the_wait_is_overloaded(gateway_factory: Factor
     await held.read()
     rows = await g.audit(7)
     assert [r["status"] for r in rows] == ["ok"] + ["error"] * 6
+
+
+async def test_a_request_waiting_for_a_backend_that_is_disabled_is_not_found(
+    gateway_factory: Factory,
+) -> None:
+    """Disabling a model's last backend refuses the requests waiting for it, as it refuses the
+    ones sent after; they do not wait out their capacity wait for a slot that cannot come."""
+    g = await gateway_factory([backend("one", max_concurrent=1)], capacity_wait_s=600)
+    engine = g.engines["one"]
+    engine.hold_at = 1
+    held = await g.send("openai", stream=True)
+    await engine.reached(1, tokens=1)
+    waiting = [asyncio.create_task(g.post(d)) for d in DIALECTS]
+    await until(lambda: g.gate.waiting == 3, "the requests to queue")
+    r = await begin(
+        g.app, "PATCH", "/admin/backends/one", json_body={"enabled": False}, headers=g.auth
+    ).start()
+    assert r.status == 200, await r.read()
+    done, _ = await asyncio.wait(waiting, timeout=10)
+    assert len(done) == 3, "the waiting requests were not refused"
+    for dialect, (status, body) in zip(DIALECTS, await asyncio.gather(*waiting), strict=True):
+        assert status == 404, (dialect, body)
+        expected = "not found" if dialect == "ollama" else "does not exist or is not served here"
+        assert expected in error_message(dialect, body), (dialect, body)
+    assert g.seen("one") == 1 and g.gate.waiting == 0
+    engine.release()
+    await held.read()

@@ -15,6 +15,7 @@ from mindrouter.scheduling import (
     Job,
     Standing,
 )
+from mindrouter.scheduling.gate import NoLongerServed
 
 from .sim import job
 
@@ -421,3 +422,18 @@ async def test_an_arbiter_that_defers_nothing_changes_nothing() -> None:
     await start(gate, slots, job("u", 0.0), admitted)
     assert admitted == ["u"] and gate.deferrals == 0
     assert gate.best_waiting() == {}
+
+
+async def test_a_job_whose_model_loses_its_backends_while_it_waits_is_withdrawn() -> None:
+    gate, _ = make_gate(poll_interval=0.01)
+    slots = Slots(m=0)
+    served = True
+    task = asyncio.create_task(
+        gate.acquire(job("u", 0.0), slots.has_capacity, timeout=5.0, served=lambda: served)
+    )
+    await asyncio.sleep(0.05)
+    assert not task.done()  # still served: it waits for capacity
+    served = False  # an admin disabled the model's last backend
+    with pytest.raises(NoLongerServed, match="'m'"):
+        await asyncio.wait_for(task, timeout=1.0)
+    assert len(gate.queue) == 0 and gate.waiting == 0

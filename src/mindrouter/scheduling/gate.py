@@ -62,6 +62,10 @@ ANY: frozenset[str] = frozenset()  # no feature required: any backend of the mod
 HasCapacity = Callable[[str, frozenset[str]], bool]
 
 
+class NoLongerServed(LookupError):
+    """The job's model lost every backend that served it while the job waited."""
+
+
 def _succeeded(fut: asyncio.Future[Any]) -> bool:
     return fut.done() and not fut.cancelled() and fut.exception() is None
 
@@ -108,11 +112,14 @@ class CapacityGate:
         has_capacity: HasCapacity,
         timeout: float | None = None,  # noqa: ASYNC109
         ready: asyncio.Future[Any] | None = None,
+        served: Callable[[], bool] | None = None,
     ) -> None:
         """Waits until `job` is the chosen one for a free slot of its model, then returns with
         the job dispatched (its prompt charged). `job.enqueued_at` must come from the same clock
         as the gate's. Raises TimeoutError after `timeout` seconds with the job withdrawn, or
-        what `ready` raised if it failed while the job waited (the job withdrawn too)."""
+        what `ready` raised if it failed while the job waited (the job withdrawn too), or
+        `NoLongerServed` when `served()`, asked at each poll, says no backend serves the model
+        any more (an admin disabled or removed them while the job waited)."""
         model = job.model
         self._checks[model] = has_capacity
         self.queue.push(job)
@@ -130,7 +137,8 @@ class CapacityGate:
             # Capacity may be free while a better job waits (it appeared without a release):
             # the better job gets it, and this one waits its turn.
             self._grant(model)
-        await self._wait(job, granted, ready, self.default_timeout if timeout is None else timeout)
+        limit = self.default_timeout if timeout is None else timeout
+        await self._wait(job, granted, ready, served, limit)
         self._handoff[model] -= 1
         loop.call_soon(self._grant, model)
 
@@ -139,10 +147,11 @@ class CapacityGate:
         job: Job,
         granted: asyncio.Future[None],
         ready: asyncio.Future[Any] | None,
+        served: Callable[[], bool] | None,
         limit: float,
     ) -> None:
-        """Until `job` is chosen; withdrawn after `limit` seconds, on a cancellation or when
-        `ready` fails."""
+        """Until `job` is chosen; withdrawn after `limit` seconds, on a cancellation, when
+        `ready` fails or when its model is no longer `served`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         try:
@@ -158,6 +167,8 @@ class CapacityGate:
                     break
                 if ready is not None and ready.done() and not _succeeded(ready):
                     await ready  # raises what it raised, or CancelledError
+                if served is not None and not served():
+                    raise NoLongerServed(f"no backend serves model {job.model!r} any more")
                 self._poll(job.model, loop.time())
         except BaseException:
             self._abandon(job, granted)

@@ -1,9 +1,9 @@
 """Per-user limits: token budget per period, requests per minute, requests in flight.
 
 The pipeline's admit stage calls `admit()` before any GPU work and its account stage calls
-`settle_soon()` in its shielded clean-up; a background task writes `dirty()` to the database at least
-every 60 s (as absolute values: with several replicas any of them may report a user), and at
-shutdown once more before `close()`; `seed()` loads the persisted usage at start.
+`settle_soon()` in its shielded clean-up; a background task writes `dirty()` to the database at
+least every 60 s (as absolute values: with several replicas any of them may report a user), and
+at shutdown once more before `close()`; `seed()` loads the persisted usage at start.
 
     MemoryLimitStore      one process (the embedded default, and the fail-open fallback)
     RedisLimitStore       exact across processes and replicas: one Lua script per admit/settle
