@@ -97,6 +97,7 @@ def ledger(stack: Stack, schedule: Schedule, log: list[Sent], started: float) ->
         rec.completion_tokens for state in stack.states.values() for rec in state.records
     )
     output = sum(r.output_tokens or 0 for r in records)
+    after_kill = _generated_after_a_kill(stack, schedule.kills)
     interrupted = [r for r in records if r.status == "interrupted"]
     # A stream cut by a kill: each piece of text that reached its client was relayed by the
     # replica, so it must be charged. What the engine had sent beyond it can be in a socket at
@@ -201,6 +202,7 @@ def ledger(stack: Stack, schedule: Schedule, log: list[Sent], started: float) ->
         "usage_minus_records_by_user": usage_diff,
         "generated_output_tokens": generated,
         "recorded_output_tokens": output,
+        "generated_after_a_kill": after_kill,
         "interrupted_records": len(interrupted),
         "interrupted_output_tokens": sum(r.output_tokens or 0 for r in interrupted),
         "delivered_not_charged": delivered_not_charged,
@@ -222,3 +224,26 @@ def ledger(stack: Stack, schedule: Schedule, log: list[Sent], started: float) ->
             for s in other[:10]
         ],
     }
+
+
+# A stream cut by a kill is noticed by its engine a moment later (the hang-up reaches it), and
+# generation stops then; only the engine knows of the tokens it generated in between.
+NOTICED_WITHIN_S = 5.0
+
+
+def _generated_after_a_kill(stack: Stack, kills: list[tuple[float, str]]) -> int:
+    """Tokens the engines generated, for streams they saw hang up just after a kill, after the
+    moment of the kill: no process was left to read them, so none could be charged. The rest of
+    "generated − recorded output" had reached the killed replica's socket or HTTP client unread.
+    """
+    to_wall = time.time() - time.monotonic()
+    found = 0
+    for state in stack.states.values():
+        for rec in state.records:
+            if rec.cancelled_at is None:
+                continue
+            gone = rec.cancelled_at + to_wall
+            kill = next((k for k, _ in kills if k <= gone <= k + NOTICED_WITHIN_S), None)
+            if kill is not None:
+                found += sum(1 for t in rec.last_tokens_at if t + to_wall >= kill)
+    return found

@@ -17,10 +17,17 @@ def _figures(values: list[float | None]) -> str:
     return f"{median(known):.1f} / {max(known):.1f}"
 
 
+def _before_kill(r: dict[str, Any]) -> Any:
+    if "generated_after_a_kill" not in r:
+        return "–"
+    return r["generated_output_tokens"] - r["recorded_output_tokens"] - r["generated_after_a_kill"]
+
+
 def render(results: list[dict[str, Any]]) -> str:
     out = [
         "| seed | load (s) | requests | 200 | 429 | accepted w/o record | duplicates | pending "
-        "| usage − records | delivered, not charged | generated − recorded output "
+        "| usage − records | delivered, not charged "
+        "| generated − recorded output (after the kill / before it) "
         "| interrupted | limit excess "
         "| leases / reserved left | 5xx on killed replica | 5xx in Redis outage | 5xx other "
         "| violations |",
@@ -40,6 +47,7 @@ def render(results: list[dict[str, Any]]) -> str:
             f"| {r['accepted_without_record']} | {r['accepted_with_duplicate_records']} "
             f"| {r['pending_records']} | {usage_diff} | {r.get('delivered_not_charged', '–')} "
             f"| {r['generated_output_tokens'] - r['recorded_output_tokens']} "
+            f"({r.get('generated_after_a_kill', '–')} / {_before_kill(r)}) "
             f"| {r['interrupted_records']} | {excess} "
             f"| {r['leases_held_after']} / {r['reserved_after']} "
             f"| {r['failures_on_killed_replica']} | {r['failures_in_redis_outage']} "

@@ -47,6 +47,9 @@ class SimError(Exception):
         self.extra = extra or {}
 
 
+LAST_TOKENS_KEPT = 16
+
+
 @dataclass
 class RequestRecord:
     id: int
@@ -64,6 +67,16 @@ class RequestRecord:
     cancelled_at: float | None = None
     fault: str | None = None
     finish_reason: str | None = None
+    # When the last few tokens were generated (time.monotonic()): whoever watches a client die
+    # can tell the tokens generated before from those generated after.
+    last_tokens_at: list[float] = dataclasses.field(default_factory=list)
+
+    def token_generated(self, at: float) -> None:
+        self.completion_tokens += 1
+        times = self.last_tokens_at
+        times.append(at)
+        if len(times) > LAST_TOKENS_KEPT:
+            del times[0]
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

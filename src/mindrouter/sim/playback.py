@@ -230,11 +230,12 @@ class GenerationResponse:
                     if delay > 0:
                         await asyncio.sleep(delay)
                 generated += 1
-                record.completion_tokens = generated
+                now = time.monotonic()
+                record.token_generated(now)
                 state.generation_tokens_total += 1
                 state.generation_tokens_by_model[model] += 1
                 if generated == 1:
-                    record.first_token_at = time.monotonic()
+                    record.first_token_at = now
                 if job.stream and not await out.emit(encoder.step(plan, step, generated)):
                     return None
             record.finish_reason = plan.finish
