@@ -188,7 +188,7 @@ def _auth(key: str) -> dict[str, str]:
 
 
 def _latencies(g: Gateway, stop: threading.Event, count: int) -> list[float]:
-    out = []
+    out: list[float] = []
     with httpx.Client(base_url=g.url, headers=_auth(g.other_key), timeout=60) as client:
         while len(out) < count or not stop.is_set():
             started = time.perf_counter()

@@ -108,7 +108,7 @@ class Schedule:
         held = set()
         async for key in client.scan_iter(match=f"{self.stack.prefix}limits:leases:*"):
             for member in await client.zrangebyscore(key, f"({now}", "+inf"):
-                held.add((key.decode(), member.decode()))
+                held.add((key.decode(), _text(member)))
         return held
 
     async def _in_flight(self) -> dict[int, tuple[str, int]]:
@@ -232,3 +232,8 @@ class Schedule:
         self.faults.append(fault)
         decided = await first_decided_after(at)
         fault.recovered_s = (decided - at) if decided else None
+
+
+def _text(member: object) -> str:
+    """A sorted-set member as the client returns it (bytes: no `decode_responses`)."""
+    return member.decode() if isinstance(member, bytes) else str(member)

@@ -35,7 +35,7 @@ async def _read(url: str) -> tuple[list[Any], dict[str, Any]]:
                 )
             )
         ).all()
-    return records, {r.name: r for r in rows}
+    return list(records), {r.name: r for r in rows}
 
 
 def _ts(value: datetime) -> float:

@@ -153,7 +153,7 @@ class Stack:
                     "models": [{"name": MODEL, "upstream": upstream}],
                 }
             )
-        config = {
+        settings: dict[str, Any] = {
             "database_url": self.database_url,
             "redis_url": self.redis.url,
             "redis_prefix": self.prefix,
@@ -172,7 +172,7 @@ class Stack:
             "breaker_cooldown_s": 5,
             "health_interval_s": 2,
         }
-        path = write_config(self.workdir / "mindrouter.yaml", config)
+        path = write_config(self.workdir / "mindrouter.yaml", settings)
         cli("migrate", "--config", str(path))
         self.replicas = [Replica(f"r{i}", path, self.workdir) for i in range(3)]
         for replica in self.replicas:

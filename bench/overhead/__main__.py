@@ -30,11 +30,9 @@ def cli() -> int:
         return rerender(Path(ns.rerender))
     try:
         import uvloop
-
-        runner = uvloop.run
     except ImportError:
-        runner = asyncio.run
-    return runner(main(ns.short))
+        return asyncio.run(main(ns.short))
+    return uvloop.run(main(ns.short))
 
 
 if __name__ == "__main__":

@@ -255,7 +255,7 @@ def _against_report(
     ns: argparse.Namespace, names: tuple[str, ...], rows: dict[str, list[dict[str, Any]]]
 ) -> str:
     def med(n: str, key: str) -> float:
-        return statistics.median(r[key] for r in rows[n])
+        return float(statistics.median(r[key] for r in rows[n]))
 
     loads = [r["load"] for n in names for r in rows[n]]
     base = med(names[0], "cpu_us_per_chunk")

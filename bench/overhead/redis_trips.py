@@ -208,7 +208,7 @@ async def _monitor(own: OwnRedis, target: run.Target, kinds: dict[str, bytes]) -
     lines: list[str] = []
 
     def listen(stop: float) -> None:
-        with client.monitor() as m:
+        with client.monitor() as m:  # type: ignore[no-untyped-call]
             for entry in m.listen():
                 if entry.get("client_type") == "lua":
                     continue  # what the scripts ran
