@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mindrouter.canonical import Done, StreamEvent, StreamFailed
+from mindrouter.http.disconnect import SERVER_SEND
 from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
 
 
@@ -108,7 +109,9 @@ class EventStream(Response):
     one more async generator between the events and the socket. Here a disconnect is already
     noticed by `CancelOnDisconnect`, which cancels the request's task, so the one loop below
     encodes and sends each event as it comes, and closes the event generator however it ends
-    (the pipeline's clean-up runs there: the engine's stream closed, the tokens charged).
+    (the pipeline's clean-up runs there: the engine's stream closed, the tokens charged). The
+    chunks between the response's start and its end go to the server's `send` directly
+    (`SERVER_SEND`), past the middleware layers, which only look at a start or an end.
     """
 
     def __init__(
@@ -128,11 +131,13 @@ class EventStream(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         encoder, before_end = self._encoder, self._before_end
+        # The start and the end go through every layer; the chunks between, straight out.
+        chunk_send: Send = scope.get(SERVER_SEND, send)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             head = encoder.start()
             if head:
-                await send({"type": "http.response.body", "body": head, "more_body": True})
+                await chunk_send({"type": "http.response.body", "body": head, "more_body": True})
             async for event in self._events:
                 out = encoder.encode(event)
                 if before_end is not None and isinstance(event, Done | StreamFailed):
@@ -140,7 +145,7 @@ class EventStream(Response):
                     # response that its next request may name) is done before it is written.
                     await before_end()
                 if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    await chunk_send({"type": "http.response.body", "body": out, "more_body": True})
         finally:
             await self._events.aclose()
         await send({"type": "http.response.body", "body": b"", "more_body": False})

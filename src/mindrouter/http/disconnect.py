@@ -18,6 +18,12 @@ import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+# The `send` this wrapper was given, kept in the request's scope. A stream's body chunks between
+# its start and its end are sent there directly (`EventStream`): none of the layers in between
+# looks at them (the edge and Starlette's exception handling look at a response's start, the
+# watch below at its end), and each layer is a coroutine call per chunk.
+SERVER_SEND = "mindrouter.server_send"
+
 
 class CancelOnDisconnect:
     def __init__(self, app: ASGIApp) -> None:
@@ -27,6 +33,7 @@ class CancelOnDisconnect:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope[SERVER_SEND] = send
         watch = _Watch(receive, send)
         task = asyncio.ensure_future(self.app(scope, watch.receive, watch.send))
         watch.task = task
