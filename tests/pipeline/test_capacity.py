@@ -85,4 +85,7 @@ async def test_a_request_waiting_for_a_backend_that_is_disabled_is_not_found(
         assert expected in error_message(dialect, body), (dialect, body)
     assert g.seen("one") == 1 and g.gate.waiting == 0
     engine.release()
-    await held.read()
+    assert b"[DONE]" in await held.read()  # a stream under way when it was disabled finishes
+    rows = await g.audit(4)
+    assert [r["status"] for r in rows] == ["ok", "error", "error", "error"], rows
+    assert all("does not exist" in r["error_message"] for r in rows[1:]), rows
