@@ -3,15 +3,15 @@ a batch is atomic."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
-
 import pytest
 from bench.harness import FAST_HASHER
 
 from mindrouter.stores.sql import open_stores
 from mindrouter.stores.sql.audit_pg import AuditRowsRejected, PgAuditConnection, connect_args
-from tests.stores.conftest import SessionDatabases, unique
+from mindrouter.stores.sql.audit_writer import start_values
+
+from .conftest import SessionDatabases, unique
+from .test_audit import start
 
 
 def test_dialect_options_are_not_sent_to_the_server() -> None:
@@ -34,8 +34,8 @@ async def test_a_batch_is_written_whole_or_not_at_all(
     asyncpg cannot encode it or PostgreSQL refuses it, leaves none of the batch behind."""
     url = session_databases.url("postgresql")
     conn = PgAuditConnection(url)
-    good = _row(unique("good"))
-    broken = _row(unique("bad"))
+    good = start_values(start(unique("good")))
+    broken = start_values(start(unique("bad")))
     if bad == "encoded by the driver":
         broken["attempts"] = "three"
     else:
@@ -43,7 +43,7 @@ async def test_a_batch_is_written_whole_or_not_at_all(
     try:
         with pytest.raises(AuditRowsRejected):
             await conn.insert([good, broken])
-        await conn.insert([_row(unique("after"))])  # the connection is still usable
+        await conn.insert([start_values(start(unique("after")))])  # the connection still works
     finally:
         await conn.close()
     stores = open_stores(url, hasher=FAST_HASHER)
@@ -52,25 +52,3 @@ async def test_a_batch_is_written_whole_or_not_at_all(
         assert await stores.audit_log.get(broken["uuid"]) is None
     finally:
         await stores.aclose()
-
-
-def _row(uuid: str) -> dict[str, Any]:
-    return {
-        "uuid": uuid,
-        "request_id": uuid,
-        "created_at": datetime.now(UTC),
-        "user_id": None,
-        "user_name": "batch",
-        "key_id": None,
-        "key_prefix": None,
-        "model": "m",
-        "endpoint": "chat",
-        "messages": [{"role": "user", "content": "hi"}],
-        "stream": False,
-        "client_ip": None,
-        "user_agent": None,
-        "status": "pending",
-        "attempts": 0,
-        "purged": False,
-        "instance_id": None,
-    }

@@ -40,14 +40,18 @@ async def unavailable_after(client: Redis, exc: Exception) -> LimitStoreUnavaila
     # request in turn: drop them all, so that the next calls connect afresh.
     with contextlib.suppress(Exception):
         await client.connection_pool.disconnect(inuse_connections=False)
-    return LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})")
+    return _down(exc)
 
 
 def unavailable(exc: BaseException) -> BaseException:
     """What a settlement sent on the pipelined connection failed with, as the store raises it."""
     if isinstance(exc, redis_errors.ConnectionError | redis_errors.TimeoutError):
-        return LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})")
+        return _down(exc)
     return exc
+
+
+def _down(exc: BaseException) -> LimitStoreUnavailable:
+    return LimitStoreUnavailable(f"rate limiting is unavailable (Redis: {exc})")
 
 
 def num(value: float) -> str:
