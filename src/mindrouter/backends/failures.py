@@ -17,10 +17,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import orjson
-from aiohttp.http_exceptions import HttpProcessingError
 
+from mindrouter.backends.http_client import CannotConnect, ConnectTimeout
 from mindrouter.errors import (
     ContextLengthExceeded,
     MindRouterError,
@@ -38,14 +37,9 @@ _CONTEXT_WORDING = re.compile(
 _CONTEXT_TYPES = frozenset({"exceed_context_size_error", "context_length_exceeded"})
 
 
-# What the HTTP client and the socket layer may raise; everything else is a bug, not a failure.
-CLIENT_FAILURES: tuple[type[BaseException], ...] = (
-    aiohttp.ClientError,
-    HttpProcessingError,
-    OSError,
-    TimeoutError,
-    ValueError,
-)
+# What the HTTP client (`http_client`) and the socket layer may raise; everything else is a
+# bug, not a failure.
+CLIENT_FAILURES: tuple[type[BaseException], ...] = (OSError, TimeoutError, ValueError)
 
 
 @dataclass(slots=True)
@@ -126,18 +120,16 @@ def error_from_stream_payload(err: Any, backend: str) -> UpstreamUnavailable:
 
 def error_from_exception(exc: BaseException, backend: str, stage: str) -> UpstreamError:
     """Translate an HTTP-client or socket exception; `stage` says what we were doing."""
-    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+    if isinstance(exc, ConnectTimeout):
         return UpstreamTimeout(f"{backend}: connect timeout while {stage}", backend)
-    if isinstance(exc, aiohttp.SocketTimeoutError):
-        return UpstreamTimeout(f"{backend}: read timeout while {stage}", backend)
     if isinstance(exc, TimeoutError):
         return UpstreamTimeout(f"{backend}: total time limit exceeded while {stage}", backend)
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return UpstreamUnavailable(f"{backend}: cannot connect ({exc.os_error})", backend)
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+    if isinstance(exc, CannotConnect):
+        return UpstreamUnavailable(f"{backend}: cannot connect ({exc})", backend)
+    if isinstance(exc, ConnectionError):
         return UpstreamUnavailable(f"{backend}: connection dropped while {stage}", backend)
-    if isinstance(exc, HttpProcessingError | ValueError):
-        return UpstreamUnavailable(f"{backend}: malformed response while {stage}", backend)
+    if isinstance(exc, ValueError):
+        return UpstreamUnavailable(f"{backend}: malformed response while {stage}: {exc}", backend)
     return UpstreamUnavailable(f"{backend}: {type(exc).__name__} while {stage}: {exc}", backend)
 
 

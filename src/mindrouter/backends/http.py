@@ -1,11 +1,11 @@
-"""The pooled HTTP client an adapter talks to its engine through, with stream line decoding.
+"""What an adapter says to its engine: JSON bodies posted, streams read line by line.
 
-One `aiohttp.ClientSession` per adapter, created lazily on the running loop, keeps connections
-alive between requests. Bodies go out as orjson bytes. Streams are decoded line by line as the
-bytes arrive (SSE for OpenAI-style engines, NDJSON for Ollama); nothing buffers a whole body.
+The connections are the gateway's own (`http_client`): kept alive between requests, bodies
+out as orjson bytes, streams decoded as the bytes arrive (SSE for OpenAI-style engines, NDJSON
+for Ollama); nothing buffers a whole stream.
 
 Timeouts (`base.Timeouts`):
-- connect:    the TCP connect (`ClientTimeout.sock_connect`);
+- connect:    the TCP (and TLS) connect;
 - first_byte: for streams, from sending until the headers *and* the first body line arrived
   (the engine's queue and the prompt's prefill);
 - idle:       for streams, the longest silence between two lines after that. A stream is never
@@ -21,9 +21,7 @@ from collections.abc import AsyncGenerator, Mapping
 from types import TracebackType
 from typing import Any
 
-import aiohttp
 import orjson
-from aiohttp.http_exceptions import LineTooLong
 
 from mindrouter.backends.base import Timeouts
 from mindrouter.backends.failures import (
@@ -32,12 +30,10 @@ from mindrouter.backends.failures import (
     error_from_status,
     invalid_json,
 )
+from mindrouter.backends.http_client import ConnectionPool, EngineConnection, MalformedResponse
 from mindrouter.canonical import StreamEvent
 from mindrouter.errors import UpstreamTimeout
 
-# Below the 5 s idle timeout of uvicorn (vLLM) and cpp-httplib (llama.cpp), so that we never pick
-# up a pooled connection the server is about to close.
-KEEPALIVE_SECONDS = 4.0
 # A single stream line can be large (a whole Ollama tool call, a final line with metrics).
 MAX_LINE = 16 * 1024 * 1024
 # How long to wait for the end of a body after the stream's end marker before giving up on
@@ -64,38 +60,26 @@ class Upstream:
         self.root = root.rstrip("/")
         self.backend = backend
         self.timeouts = timeouts
-        self._headers = {"Content-Type": "application/json", **(headers or {})}
-        self._client_timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect)
-        self._body_timeout = aiohttp.ClientTimeout(
-            total=timeouts.total, sock_connect=timeouts.connect
+        self.pool = ConnectionPool(
+            self.root, connect_timeout=timeouts.connect, headers=dict(headers or {})
         )
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        session = self._session
-        if session is None or session.closed or self._loop is not loop:
-            # A session is bound to the loop it was made on; a new loop (tests, a restarted
-            # worker) gets a new one rather than a pool whose sockets belong to a dead loop.
-            connector = aiohttp.TCPConnector(
-                limit=0, keepalive_timeout=KEEPALIVE_SECONDS, ttl_dns_cache=300
-            )
-            session = aiohttp.ClientSession(
-                connector=connector, timeout=self._client_timeout, headers=self._headers
-            )
-            self._session, self._loop = session, loop
-        return session
 
     async def post_json(self, path: str, body: Mapping[str, Any], model: str) -> dict[str, Any]:
         """POST a JSON body and return the decoded JSON object; raise on any failure."""
         stage = f"calling {path}"
+        payload = orjson.dumps(body)
+        pool = self.pool
         try:
-            async with self.session().post(
-                self.root + path, data=orjson.dumps(body), timeout=self._body_timeout
-            ) as resp:
-                status = resp.status
-                raw = await resp.read()
+            async with asyncio.timeout(self.timeouts.total):
+                conn = await pool.acquire()
+                try:
+                    conn.send(pool.request_head(path, len(payload)), payload)
+                    status = await conn.head()
+                    raw = await conn.read_all()
+                except BaseException:
+                    conn.close()
+                    raise
+                pool.release(conn)
         except CLIENT_FAILURES as exc:
             raise error_from_exception(exc, self.backend, stage) from exc
         if status >= 400:
@@ -113,9 +97,7 @@ class Upstream:
         return UpstreamStream(self, path, body, model)
 
     async def aclose(self) -> None:
-        session, self._session = self._session, None
-        if session is not None and not session.closed:
-            await session.close()
+        self.pool.close()
 
 
 class UpstreamStream:
@@ -131,13 +113,13 @@ class UpstreamStream:
     __slots__ = (
         "_body",
         "_buf",
+        "_conn",
         "_finished",
         "_loop",
         "_model",
         "_path",
         "_pos",
         "_reading",
-        "_resp",
         "_since",
         "_timer",
         "_up",
@@ -148,7 +130,7 @@ class UpstreamStream:
         self._path = path
         self._body = body
         self._model = model
-        self._resp: aiohttp.ClientResponse | None = None
+        self._conn: EngineConnection | None = None
         self._finished = False
         self._buf = b""  # bytes received and not yet taken; lines start at `_pos`
         self._pos = 0
@@ -160,21 +142,25 @@ class UpstreamStream:
 
     async def __aenter__(self) -> UpstreamStream:
         up = self._up
+        pool = up.pool
         stage = f"opening the stream at {self._path}"
         deadline = asyncio.timeout(up.timeouts.first_byte)
         try:
             async with deadline:
-                resp = await up.session().post(up.root + self._path, data=orjson.dumps(self._body))
+                conn = await pool.acquire()
                 try:
-                    if resp.status >= 400:
-                        raw = await resp.read()
-                        resp.release()  # the body was read whole: the connection can be reused
-                        raise error_from_status(resp.status, raw, self._model, up.backend)
+                    payload = orjson.dumps(self._body)
+                    conn.send(pool.request_head(self._path, len(payload)), payload)
+                    status = await conn.head()
+                    if status >= 400:
+                        raw = await conn.read_all()
+                        pool.release(conn)  # the body was read whole: the connection can be reused
+                        raise error_from_status(status, raw, self._model, up.backend)
                     # The first whole line (or the end of the body) within the deadline.
-                    while b"\n" not in self._buf and await self._append(resp.content):
+                    while b"\n" not in self._buf and await self._append(conn):
                         pass
                 except BaseException:
-                    resp.close()
+                    conn.close()
                     raise
         except CLIENT_FAILURES as exc:
             if deadline.expired():
@@ -182,7 +168,7 @@ class UpstreamStream:
                     f"{up.backend}: no first byte within {up.timeouts.first_byte:g} s", up.backend
                 ) from exc
             raise error_from_exception(exc, up.backend, stage) from exc
-        self._resp = resp
+        self._conn = conn
         self._loop = loop = asyncio.get_running_loop()
         self._timer = loop.call_later(up.timeouts.idle, self._watch)
         return self
@@ -194,28 +180,26 @@ class UpstreamStream:
         tb: TracebackType | None,
     ) -> None:
         self._stop_watch()
-        resp = self._resp
-        if resp is None:
+        conn = self._conn
+        if conn is None:
             return
         if self._finished and exc_type is None:
-            resp.release()
+            self._up.pool.release(conn)
         else:
-            resp.close()
+            conn.close()
 
     def _watch(self) -> None:
         """The idle timer: a line that has been waited for `idle` seconds fails the read;
         otherwise the timer is set again for when the wait under way (or the next one) would
         have lasted that long."""
-        resp, loop, idle = self._resp, self._loop, self._up.timeouts.idle
-        if resp is None or loop is None:
+        conn, loop, idle = self._conn, self._loop, self._up.timeouts.idle
+        if conn is None or loop is None:
             return
         now = loop.time()
         if self._reading and now - self._since >= idle:
             self._timer = None
             backend = self._up.backend
-            resp.content.set_exception(
-                UpstreamTimeout(f"{backend}: the stream went silent for {idle:g} s", backend)
-            )
+            conn.fail(UpstreamTimeout(f"{backend}: the stream went silent for {idle:g} s", backend))
             return
         self._timer = loop.call_at((self._since if self._reading else now) + idle, self._watch)
 
@@ -224,9 +208,9 @@ class UpstreamStream:
             self._timer.cancel()
             self._timer = None
 
-    async def _append(self, content: aiohttp.StreamReader) -> bool:
+    async def _append(self, conn: EngineConnection) -> bool:
         """Adds the next bytes of the body to the buffer; False at the end of the body."""
-        data = await content.readany()
+        data = await conn.read()
         if not data:
             return False
         pos = self._pos
@@ -234,19 +218,19 @@ class UpstreamStream:
         self._buf = data if pos >= len(buf) else buf[pos:] + data
         self._pos = 0
         if len(self._buf) > MAX_LINE and b"\n" not in data:
-            raise LineTooLong(self._buf[:100] + b"...", str(MAX_LINE))
+            raise MalformedResponse(f"a line longer than {MAX_LINE} bytes")
         return True
 
     async def finish(self) -> None:
         """Read what is left of the body (after the protocol's end marker that is normally just
         the end of the chunked encoding) so the connection can go back to the pool. A body that
         does not end promptly is not waited for: the connection is closed instead."""
-        assert self._resp is not None
+        conn = self._conn
+        assert conn is not None
         self._stop_watch()
-        content = self._resp.content
         try:
             async with asyncio.timeout(DRAIN_SECONDS):
-                while await content.readany():
+                while await conn.read():
                     pass
         except CLIENT_FAILURES:
             return
@@ -268,15 +252,14 @@ class UpstreamStream:
         return line if line is not None else await self._read_line()
 
     async def _read_line(self) -> bytes:
-        resp, loop = self._resp, self._loop
-        assert resp is not None and loop is not None
-        content = resp.content
+        conn, loop = self._conn, self._loop
+        assert conn is not None and loop is not None
         # The silence is counted from here to the end of the line: bytes trickled without one
         # do not keep a stream alive.
         self._since = loop.time()
         self._reading = True
         try:
-            while await self._append(content):
+            while await self._append(conn):
                 line = self._line()
                 if line is not None:
                     return line
