@@ -144,7 +144,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("AuditWriter", "asyncpg/", "sqlalchemy/", "aiosqlite/"),
     ),
     ("limit store: redis-py or in-memory", ("redis/", "mindrouter/stores/limits")),
-    ("upstream call: aiohttp client + adapter", ("aiohttp/", "mindrouter/backends/")),
+    ("upstream call: HTTP client + adapter", ("aiohttp/", "httptools/", "mindrouter/backends/")),
     ("authentication", ("mindrouter/identity/",)),
     ("fair gate / scheduling", ("mindrouter/scheduling/",)),
     ("Prometheus metrics", ("prometheus_client/",)),

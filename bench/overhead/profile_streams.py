@@ -47,7 +47,10 @@ from bench.overhead.variants import launcher
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("audit writer: SQLAlchemy + asyncpg", ("AuditWriter", "asyncpg/", "sqlalchemy/")),
     ("limit store / Redis", ("redis/", "mindrouter/stores/")),
-    ("engine read: aiohttp + SSE lines", ("aiohttp/", "mindrouter/backends/http")),
+    (
+        "engine read: HTTP client + SSE lines",
+        ("aiohttp/", "httptools/", "mindrouter/backends/http"),
+    ),
     ("engine decode: JSON + canonical events", ("mindrouter/backends/", "mindrouter/canonical/")),
     ("fair gate / scheduling", ("mindrouter/scheduling/",)),
     ("relay + accounting (pipeline)", ("mindrouter/pipeline/",)),
