@@ -41,7 +41,9 @@ _mr_sql.open_stores = _mr_bundle.open_stores = _mr_open_patched
 """
 
 # Audit records through SQLAlchemy on the shared, pinged pool, as before the asyncpg writer.
-_SQLALCHEMY_AUDIT = _PATCH_STORES.format(body="    stores.audit.pg = None")
+_SQLALCHEMY_AUDIT = _PATCH_STORES.format(
+    body="    stores.audit.pg = stores.audit.outcomes_pg = None"
+)
 
 # Every audit outcome written as soon as nothing else is queued, not gathered for 50 ms.
 _EAGER_COMPLETE = _PATCH_STORES.format(body="    stores.audit.complete_delay = 0.0")

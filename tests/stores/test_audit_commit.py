@@ -44,6 +44,11 @@ async def test_the_audit_commit_mode_reaches_the_connection(db_url: str, mode: s
             async with audit_conn.transaction():
                 seen = await audit_conn.fetchval("SHOW synchronous_commit")
             assert seen == ("off" if mode == "fast" else server)
+            # The outcomes carry the usage charges: they keep the server's setting.
+            assert stores.audit.outcomes_pg is not None
+            outcomes_conn = await stores.audit.outcomes_pg._connection()
+            async with outcomes_conn.transaction():
+                assert await outcomes_conn.fetchval("SHOW synchronous_commit") == server
             assert server != "off"  # the other connections keep the server's setting
         elif backend == "sqlite":
             # The audit writer shares the SQLite engine: this is its setting too.

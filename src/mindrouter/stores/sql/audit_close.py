@@ -1,8 +1,9 @@
 """Closing audit records, and charging their tokens to the user's usage in the same transaction.
 
 A record is closed exactly once, by whoever closes it first: the process that served the request
-(`close_records`, the audit writer's completion batches) or, when that process died, a sweeper in
-another one (`interrupt_records`). Both update only rows still `pending`, and charge only the
+(`close_records`, the audit writer's completion batches; on PostgreSQL the same in one statement,
+`audit_pg.PgAuditConnection.complete`) or, when that process died, a sweeper in another one
+(`interrupt_records`). Both update only rows still `pending`, and charge only the
 rows they did close, so a record's tokens are counted once however the two race. The usage
 charge and the record's final status commit together: a process killed at any moment leaves
 either a closed record with its tokens charged, or a `pending` one that a sweeper closes.

@@ -133,9 +133,14 @@ class AuditWriter:
         max_batch: int = MAX_BATCH,
         complete_delay: float = COMPLETE_DELAY,
         pg: PgAuditConnection | None = None,
+        outcomes_pg: PgAuditConnection | None = None,
     ) -> None:
         self.engine = engine
-        self.pg = pg  # PostgreSQL: the statements go straight to asyncpg
+        # PostgreSQL: the statements go straight to asyncpg, the outcomes over `outcomes_pg`
+        # (`pg` itself unless begins are committed fast: outcomes carry the usage charges,
+        # which keep the server's durability).
+        self.pg = pg
+        self.outcomes_pg = outcomes_pg or pg
         self.max_batch = max_batch
         self.complete_delay = complete_delay
         self.stats = WriterStats()
@@ -191,8 +196,11 @@ class AuditWriter:
         if self._begins or self._completions:
             self._kick()
             await self.flush()
-        if self.pg is not None:
-            await self.pg.close()
+        await self._close_pg()
+
+    async def _close_pg(self) -> None:
+        for conn in {id(c): c for c in (self.pg, self.outcomes_pg) if c is not None}.values():
+            await conn.close()
 
     def _kick(self) -> None:
         self._wake.set()  # a begin must not wait out the completions' pause
@@ -216,8 +224,8 @@ class AuditWriter:
                         continue
                 await self._write_completions()
                 self._oldest_completion = loop.time()
-            if self._closed and self.pg is not None:
-                await self.pg.close()  # outcomes queued after close() reopened it
+            if self._closed:
+                await self._close_pg()  # outcomes queued after close() reopened it
         except BaseException as exc:
             # Cancelled (event loop shutting down) or a bug: nobody may wait forever.
             pending, self._begins = self._begins, []
@@ -265,6 +273,10 @@ class AuditWriter:
         return None
 
     async def _update(self, batch: list[dict[str, Any]]) -> None:
+        if self.outcomes_pg is not None:
+            await self.outcomes_pg.complete(batch)
+            return
+
         async def write(conn: AsyncConnection) -> None:
             await close_records(conn, batch)
 

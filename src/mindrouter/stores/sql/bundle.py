@@ -56,6 +56,7 @@ class SqlStores:
         hasher: KeyHasher | None = None,
         audit_engine: AsyncEngine | None = None,
         audit_pg: PgAuditConnection | None = None,
+        outcomes_pg: PgAuditConnection | None = None,
         poll_engine: AsyncEngine | None = None,
     ) -> SqlStores:
         return cls(
@@ -63,7 +64,7 @@ class SqlStores:
             directory=SqlDirectory(engine),
             keys=SqlKeyStore(engine, hasher, polls=poll_engine),
             catalog=SqlCatalog(engine, polls=poll_engine),
-            audit=AuditWriter(audit_engine or engine, pg=audit_pg),
+            audit=AuditWriter(audit_engine or engine, pg=audit_pg, outcomes_pg=outcomes_pg),
             audit_log=SqlAuditLog(engine),
             usage=SqlUsageStore(engine),
             accounts=SqlAccounts(engine),
@@ -116,6 +117,9 @@ def open_stores(
     polls = create_engine(url, pool=POLL_POOL, echo=echo, pre_ping=False, autocommit=True)
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "asyncpg":
         audit_pg = PgAuditConnection(url, fast_commit=fast)
-        return SqlStores.over(engine, hasher=hasher, audit_pg=audit_pg, poll_engine=polls)
+        outcomes_pg = PgAuditConnection(url) if fast else audit_pg
+        return SqlStores.over(
+            engine, hasher=hasher, audit_pg=audit_pg, outcomes_pg=outcomes_pg, poll_engine=polls
+        )
     audit_engine = create_engine(url, pool=AUDIT_POOL, echo=echo, pre_ping=False)
     return SqlStores.over(engine, hasher=hasher, audit_engine=audit_engine, poll_engine=polls)
