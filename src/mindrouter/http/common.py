@@ -35,7 +35,7 @@ def new_context(request: Request, dialect: Dialect) -> RequestContext:
     structlog.contextvars.bind_contextvars(request_id=rid)
     ctx = RequestContext(
         dialect=dialect,
-        endpoint=request.url.path,
+        endpoint=request.scope["path"],
         request_id=rid,
         client_ip=client_ip(request),
         user_agent=request.headers.get("user-agent"),

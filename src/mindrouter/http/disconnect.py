@@ -2,12 +2,13 @@
 
 Starlette notices a disconnect only while it streams a response; a handler awaiting a whole
 answer would run to its end, holding its backend slot, with the engine generating for nobody.
-This ASGI wrapper runs the application in a task of its own and, once the request body has been
-read, waits on the server's `receive()` for the `http.disconnect` message: it arrives as soon
-as the connection closes (or when the response is complete, which is ignored). A disconnect
-before the response is complete cancels the task; the pipeline then ends the request as
-`cancelled`, closes the engine's stream (the engine sees it at once and stops) and charges what
-was generated. Nothing polls.
+This ASGI wrapper, once the request body has been read, waits on the server's `receive()` for
+the `http.disconnect` message: it arrives as soon as the connection closes (or when the response
+is complete, which is ignored). A disconnect before the response is complete cancels the task
+the server runs the request in, and the wrapper takes that cancellation back once the
+application has unwound; the pipeline meanwhile ends the request as `cancelled`, closes the
+engine's stream (the engine sees it at once and stops) and charges what was generated. Nothing
+polls.
 
 The application still sees every message: reads after the body get the one the watcher took.
 """
@@ -34,23 +35,25 @@ class CancelOnDisconnect:
             await self.app(scope, receive, send)
             return
         scope[SERVER_SEND] = send
-        watch = _Watch(receive, send)
-        task = asyncio.ensure_future(self.app(scope, watch.receive, watch.send))
-        watch.task = task
+        task = asyncio.current_task()
+        assert task is not None
+        watch = _Watch(receive, send, task)
         try:
-            await task
+            await self.app(scope, watch.receive, watch.send)
         except asyncio.CancelledError:
-            if not watch.hung_up:
-                raise  # cancelled from outside (a shutdown), not by the watcher
+            if not watch.hung_up or task.cancelling() > 1:
+                raise  # cancelled from outside too (a shutdown), not by the watcher alone
         finally:
             watch.stop()
+        if watch.hung_up:
+            task.uncancel()  # the watcher's cancellation, taken by the application
 
 
 class _Watch:
-    def __init__(self, receive: Receive, send: Send) -> None:
+    def __init__(self, receive: Receive, send: Send, task: asyncio.Task[object]) -> None:
         self._receive = receive
         self._send = send
-        self.task: asyncio.Future[None] | None = None
+        self.task = task
         self.hung_up = False
         self._complete = False
         self._watcher: asyncio.Task[None] | None = None
@@ -76,8 +79,7 @@ class _Watch:
         after_body.set_result(message)
         if message["type"] == "http.disconnect" and not self._complete:
             self.hung_up = True
-            if self.task is not None:
-                self.task.cancel()
+            self.task.cancel()
 
     def stop(self) -> None:
         if self._watcher is not None:

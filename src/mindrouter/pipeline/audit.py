@@ -116,24 +116,21 @@ class AuditRecord:
         """Starts committing the record; `progress` is what the request has used so far."""
         self.s = s
         self.start = audit_start(s, ctx, spec.name, req)
-        self.begun = asyncio.ensure_future(s.audit.begin(self.start))  # its start committed
+        self.begun = s.audit.begin(self.start)  # done once its start is committed
         # Its place in the process's journal, rewritten at each output chunk (`Flight.see`).
         self.slot = s.recovery.track(self.start.uuid, progress) if s.recovery else None
 
     async def recorded(self) -> None:
-        """Returns once the record is committed (raises if it could not be)."""
-        await self.begun
+        """Returns once the record is committed (raises if it could not be). A request
+        cancelled meanwhile leaves the commit under way, so that its outcome can follow."""
+        await asyncio.shield(self.begun)
 
-    async def _committed_uuid(self) -> str | None:
-        """The committed record's id, once its commit has ended; None if it failed."""
-        begin = self.begun
+    async def committed(self) -> None:
+        """Waits for the record's commit to end, however it ends."""
         with contextlib.suppress(BaseException):
-            await begin
-        if not begin.done() or begin.cancelled() or begin.exception() is not None:
-            return None
-        return self.start.uuid
+            await asyncio.shield(self.begun)
 
-    async def complete(
+    def complete(
         self,
         ctx: RequestContext,
         status: Status,
@@ -144,14 +141,15 @@ class AuditRecord:
         queued_ms: float | None,
         ticket: Ticket | None,
     ) -> None:
-        """How the request ended, with the usage charge (its commit may still be under way if
-        the request failed early)."""
+        """How the request ended, with the usage charge; called once the commit has ended
+        (`committed`). A record whose commit failed is not there to complete."""
         s = self.s
         if s.recovery is not None:
             s.recovery.untrack(self.start.uuid, self.slot)
-        uuid = await self._committed_uuid()
-        if uuid is None:
+        begin = self.begun
+        if not begin.done() or begin.cancelled() or begin.exception() is not None:
             return
+        uuid = self.start.uuid
         used_in = usage.input_tokens if usage else 0
         used_out = usage.output_tokens if usage else 0
         used = used_in + used_out

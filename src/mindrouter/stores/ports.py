@@ -19,6 +19,7 @@ single process.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
@@ -44,8 +45,9 @@ class KeyLookup(Protocol):
 
 
 class AuditSink(Protocol):
-    async def begin(self, record: AuditStart) -> None:
-        """Returns once the record is committed; raises if it could not be."""
+    def begin(self, record: AuditStart) -> asyncio.Future[None]:
+        """Queues the record's start: the future is done once it is committed, failed if it
+        could not be; cancelling it does not take the record back."""
         ...
 
     def complete(self, uuid: str, outcome: AuditOutcome) -> None:

@@ -154,15 +154,21 @@ class AuditWriter:
         self._closed = False
         self._stopping = False  # flush_final(): the process stops, no waiting for the database
 
-    async def begin(self, record: AuditStart) -> None:
-        """Returns once the record is committed; raises InternalError if it could not be."""
+    def begin(self, record: AuditStart) -> asyncio.Future[None]:
+        """Queues the record's start; the future is done once it is committed and fails with
+        InternalError if it could not be. The record is written whatever becomes of the future:
+        a caller that goes away (cancelling its await) does not take it back."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
         if self._closed:
-            raise InternalError("the audit writer is closed")
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            future.set_exception(InternalError("the audit writer is closed"))
+            return future
         self._begins.append((start_values(record), future))
-        self._kick()
-        # Shielded: if the caller is cancelled (client gone), the record is still written.
-        await asyncio.shield(future)
+        if len(self._begins) == 1:
+            # The writer is started at the end of this turn of the event loop, so that the
+            # requests this turn handles share one transaction.
+            loop.call_soon(self._kick)
+        return future
 
     def complete(self, uuid: str, outcome: AuditOutcome) -> None:
         """Queues the outcome; written soon after by the drain task, at the latest by close()."""
