@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.overhead.profile [--profile governed|bare] [--rate 150]
         [--duration 30] [--variant default|uvloop|...]
     .venv/bin/python -m bench.overhead.profile --streams 32 [--chunks 64 --gap-ms 10]
+    .venv/bin/python -m bench.overhead.profile --streams 128 --against REV [--arrivals 190]
 
 py-spy is installed into a throwaway virtual environment outside the repository
 (~/.cache/mindrouter/tools-venv) the first time. It samples the running gateway without pausing
@@ -309,6 +310,9 @@ def main() -> int:
     parser.add_argument("--first-token-ms", type=float, default=run.FIRST_TOKEN_MS)
     parser.add_argument("--no-spy", action="store_true", help="streams: /proc CPU only")
     parser.add_argument("--against", help="streams: git revision to measure the tree against")
+    parser.add_argument(
+        "--arrivals", type=float, default=0.0, help="with --against: streams a second, open loop"
+    )
     ns = parser.parse_args()
     if ns.streams:
         from bench.overhead.profile_streams import against, profile_streams

@@ -15,7 +15,11 @@ read from the engine counts as the read even though every layer of the relay is 
 applied) and one from the
 source of git revision REV (exported to a temporary directory) and measures them in turn, round
 after round (`--rounds`), so that a change's figure and the one before it share the machine's
-weather.
+weather. With `--arrivals R` the streams arrive open loop instead, R a second on a fixed
+schedule (about R × the stream's length in flight at once), as independent users' do. Read tail
+latencies from these: in the closed loop every stream has the same length, so streams that
+start together end together and start again together, and a change that ends streams a little
+sooner can keep those bursts tighter and its TTFT tail longer, which no real population does.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ import orjson
 
 from bench.overhead import profile as prof
 from bench.overhead import run, targets
-from bench.overhead.client import Pool, closed_loop, post_once
+from bench.overhead.client import Pool, Result, closed_loop, open_loop, post_once
 from bench.overhead.targets import HOST
 from bench.overhead.variants import launcher
 
@@ -223,16 +227,26 @@ async def against(ns: argparse.Namespace) -> Path:
         # The client straight to the mock: the gaps a gateway's are read against.
         gws[run.DIRECT] = run.Target(run.DIRECT, mock, {}, Pool(HOST, mock.port))
         raws = {n: t.raw(run.chat_body(stream=True)) for n, t in gws.items()}
+
+        async def load(t: run.Target, raw: bytes, duration: float) -> list[Result]:
+            if ns.arrivals:
+                results, _ = await open_loop(
+                    t.pool, raw, ns.arrivals, duration, stream=True, timeout=60
+                )
+            else:
+                results, _ = await closed_loop(
+                    t.pool, raw, ns.streams, duration, stream=True, timeout=60
+                )
+            return results
+
         for n, t in gws.items():
-            await closed_loop(t.pool, raws[n], ns.streams, 3.0, stream=True, timeout=60)
+            await load(t, raws[n], 3.0)
         for round_ in range(1, ns.rounds + 1):
             for n, t in gws.items():
                 await asyncio.sleep(1.0)
                 t.server.refresh_pids()
                 cpu0 = t.server.cpu()
-                results, _ = await closed_loop(
-                    t.pool, raws[n], ns.streams, ns.duration, stream=True, timeout=60
-                )
+                results = await load(t, raws[n], ns.duration)
                 cpu = t.server.cpu() - cpu0 if t.server is not mock else math.nan
                 row = run.stream_summary(results, ns.chunks)
                 chunks = sum(len(r.events) for r in results if r.ok)
@@ -248,7 +262,8 @@ async def against(ns: argparse.Namespace) -> Path:
             t.pool.close()
     finally:
         await targets.stop_all(servers, workdir, old_src)
-    path = run.RESULTS / f"overhead-streams-against-{ns.profile}-{ns.streams}.md"
+    kind = f"open{ns.arrivals:g}" if ns.arrivals else str(ns.streams)
+    path = run.RESULTS / f"overhead-streams-against-{ns.profile}-{kind}.md"
     path.write_text(_against_report(ns, names, rows))
     print(path.read_text())
     return path
@@ -261,12 +276,17 @@ def _against_report(
         return float(statistics.median(r[key] for r in rows[n]))
 
     loads = [r["load"] for n in names for r in rows[n]]
+    load = (
+        f"streams arriving open loop, {ns.arrivals:g} a second"
+        if ns.arrivals
+        else f"{ns.streams} streams, closed loop"
+    )
     base = med(names[0], "cpu_us_per_chunk")
     lines = [
         f"# Streams, MindRouter {ns.profile}: {names[0]} against {names[1]}",
         "",
-        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {ns.streams} streams, closed "
-        f"loop, {ns.rounds} rounds of {ns.duration:g} s each, interleaved; mock {ns.chunks} "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {load}, "
+        f"{ns.rounds} rounds of {ns.duration:g} s each, interleaved; mock {ns.chunks} "
         f"chunks {ns.gap_ms:g} ms apart; load average {min(loads):.2f}–{max(loads):.2f}.",
         "",
         "| gateway | CPU µs/chunk (median) | vs first | per round | gap p50 ms | gap p99 ms | "
