@@ -17,7 +17,7 @@ source of git revision REV (exported to a temporary directory) and measures them
 after round (`--rounds`), so that a change's figure and the one before it share the machine's
 weather. With `--arrivals R` the streams arrive open loop instead, R a second on a fixed
 schedule (about R × the stream's length in flight at once), as independent users' do. Read tail
-latencies from these: in the closed loop every stream has the same length, so streams that
+latencies from these too: in the closed loop every stream has the same length, so streams that
 start together end together and start again together, and a change that ends streams a little
 sooner can keep those bursts tighter and its TTFT tail longer, which no real population does.
 """

@@ -4,9 +4,7 @@
 (`estimate.py`), the limits (`admit.py`), the durable audit record (`audit.py`) and the fair
 gate (`schedule.py`); inside it the caller dispatches (`dispatch.py`), holding a backend slot
 through `take()`, and says how the request ended (`end()`, or by raising); on exit, however the
-request ended, it runs stage 12, which nothing can interrupt: it waits for nothing once the audit
-record is committed, and a request that ended before that waits for the commit in a task of its
-own (`close`):
+request ended, it runs stage 12 in a task that cancellation cannot interrupt:
 
     1. release the backend slot and let the fair gate hand it to the next waiter
     2. mark the model as loaded
@@ -206,59 +204,38 @@ class Flight:
         output = self.output
         if output is None and (tally.produced or tally.usage is not None):
             output = tally.text
-        status, error = self.status or "cancelled", self.error
-        self._give_back(status, usage)
-        audit = self.audit
-        if audit is None or audit.begun.done():
-            # Nothing below waits, so nothing can interrupt it: no task of its own is needed.
-            self._account(status, usage, output, error)
-            return
-        # The request ended before its record's commit did (it failed or was cancelled
-        # early): the rest waits for the commit in a task that cancellation cannot interrupt.
-        task = asyncio.ensure_future(self._account_once_committed(status, usage, output, error))
+        task = asyncio.ensure_future(
+            self._close(self.status or "cancelled", usage, output, self.error)
+        )
         _CLOSING.add(task)
         task.add_done_callback(_CLOSING.discard)
         await asyncio.shield(task)
 
-    async def _account_once_committed(
+    async def _close(
         self,
         status: Status,
         usage: Usage | None,
         output: str | None,
         error: MindRouterError | None,
     ) -> None:
-        assert self.audit is not None
-        await self.audit.committed()
-        self._account(status, usage, output, error)
-
-    def _give_back(self, status: Status, usage: Usage | None) -> None:
-        """Steps 1 and 2: the slot first, so the next waiter can start while we write records,
-        then the model marked resident on the backend that served it."""
         s = self.s
+        # Whoever ends the request passes what was really used (partial usage included);
+        # a request that never produced anything costs nothing.
+        used_in = usage.input_tokens if usage else 0
+        used_out = usage.output_tokens if usage else 0
+        used = used_in + used_out
+        # 1. The slot first, so the next waiter can start while we write records.
         served_by = self.backend
         self.drop()
         if self.job is not None:
-            # Whoever ends the request passes what was really used (partial usage included);
-            # a request that never produced anything costs nothing.
-            used_in = usage.input_tokens if usage else 0
-            used_out = usage.output_tokens if usage else 0
             s.gate.finish(self.job, used_in, used_out)
+        # 2. The model is resident on the backend that served it.
         if status == "ok" and served_by is not None:
             s.catalog.mark_used(self.spec.name, s.clock())
             served_by.loaded.add(self.spec.name)
-
-    def _account(
-        self,
-        status: Status,
-        usage: Usage | None,
-        output: str | None,
-        error: MindRouterError | None,
-    ) -> None:
-        """Steps 3 to 5, with the record's commit ended: the audit record with the usage
-        charge, the quota counters (the settlement is sent, its answer not waited for), the
-        request's metrics and log line."""
-        s = self.s
+        # 3. The audit record, with the usage charge, once its commit has ended.
         if self.audit is not None:
+            await self.audit.committed()
             self.audit.complete(
                 self.ctx,
                 status,
@@ -268,8 +245,10 @@ class Flight:
                 queued_ms=self.queued_ms,
                 ticket=self.ticket,
             )
+        # 4. The quota counters: the settlement is sent, its answer not waited for.
         if self.ticket is not None:
-            settle(s, self.ticket, usage.input_tokens + usage.output_tokens if usage else 0)
+            settle(s, self.ticket, used)
+        # 5. The request's metrics and log line.
         if self.job is not None:
             record_outcome(s.metrics, self.ctx, self.req.model, status, usage, error=error)
 
