@@ -233,10 +233,9 @@ class Flight:
         if status == "ok" and served_by is not None:
             s.catalog.mark_used(self.spec.name, s.clock())
             served_by.loaded.add(self.spec.name)
-        # 3. The audit record, with the usage charge, once its commit has ended.
+        # 3. The audit record, with the usage charge.
         if self.audit is not None:
-            await self.audit.committed()
-            self.audit.complete(
+            await self.audit.complete(
                 self.ctx,
                 status,
                 usage=usage,
