@@ -274,6 +274,27 @@ async def test_a_stream_that_goes_silent_ends_after_the_idle_gap(
     assert [e.text for e in seen if isinstance(e, TextDelta)] == ["x"]
 
 
+async def pings_then_the_answer(req: Recorded, reply: Reply) -> None:
+    """Keep-alive comments for 0.4 s (an engine busy with a long prompt), then the answer."""
+    await reply.start(200, "text/event-stream")
+    await reply.write(sse({"choices": [{"index": 0, "delta": {"content": "x"}}]}))
+    for _ in range(8):
+        await asyncio.sleep(0.05)
+        await reply.write(b": ping\n\n")
+    await reply.write(sse({"choices": [{"index": 0, "delta": {"content": "y"}}]}))
+    await reply.write(sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    await reply.write(b"data: [DONE]\n\n")
+
+
+async def test_keep_alive_comments_keep_a_stream_alive(
+    engine: FakeEngine, make_adapter: Make
+) -> None:
+    engine.on("/v1/chat/completions", pings_then_the_answer)
+    adapter = make_adapter("vllm", timeouts=Timeouts(first_byte=5, total=30, idle=0.15))
+    events = await call(adapter, stream=True)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "xy"
+
+
 async def one_piece_then_bytes_without_a_line(req: Recorded, reply: Reply) -> None:
     await reply.start(200, "text/event-stream")
     await reply.write(sse({"choices": [{"index": 0, "delta": {"content": "x"}}]}))

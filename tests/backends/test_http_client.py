@@ -183,7 +183,7 @@ def test_broken_responses_are_unavailable_backends(run: Run, reply: bytes, wordi
                 await up.post_json("/x", {}, "m")
             with pytest.raises(UpstreamUnavailable, match=wording):
                 async with up.stream("/x", {}, "m") as s:
-                    await s.next_sse_data()
+                    await s.next_sse_events()
             await up.aclose()
 
     run(scenario())
@@ -207,8 +207,8 @@ def test_a_stream_left_early_closes_its_connection(run: Run) -> None:
         async with serving(endless) as raw:
             up = upstream(f"http://127.0.0.1:{raw.port}")
             async with up.stream("/x", {}, "m") as s:
-                assert await s.next_sse_data() == b"1"
-                assert await s.next_sse_data() == b"1"
+                assert set(await s.next_sse_events()) == {b"1"}
+                assert set(await s.next_sse_events()) == {b"1"}
             await asyncio.wait_for(gone.wait(), 5)
             await up.aclose()
 
@@ -226,8 +226,7 @@ def test_a_stream_read_to_its_end_returns_the_connection(run: Run) -> None:
             up = upstream(f"http://127.0.0.1:{raw.port}")
             for _ in range(2):
                 async with up.stream("/x", {}, "m") as s:
-                    assert await s.next_sse_data() == b"1"
-                    assert await s.next_sse_data() == b"[DONE]"
+                    assert await s.next_sse_events() == [b"1", b"[DONE]"]
                     await s.finish()
             await up.aclose()
         assert raw.connections == 1
@@ -330,3 +329,43 @@ def test_https_is_verified_against_the_trust_store(
 
     run(scenario())
     http_client.tls_context.cache_clear()
+
+
+SSE_SHAPES = (
+    b": keep-alive\n\n"
+    b"data: 1\n\n"
+    b"data:2\r\n\r\n"  # CRLF line ends, no space after the colon
+    b'event: x\nid: 7\ndata: {"a":\ndata: 1}\n\n'  # other fields; data over two lines
+    b"\n\n"  # blank lines between events
+    b"retry: 10\n\n"  # an event without data
+    b"data: last"  # the body ends without the blank line
+)
+SSE_DATA = [b"1", b"2", b'{"a":\n1}', b"last"]
+
+
+@pytest.mark.parametrize("piece", [1, 3, len(SSE_SHAPES)], ids=["byte-by-byte", "3-bytes", "whole"])
+def test_server_sent_events_are_framed_however_the_bytes_arrive(run: Run, piece: int) -> None:
+    async def events(head: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for at in range(0, len(SSE_SHAPES), piece):
+            part = SSE_SHAPES[at : at + piece]
+            writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+            await writer.drain()
+            if piece < len(SSE_SHAPES):
+                await asyncio.sleep(0)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def scenario() -> None:
+        async with serving(events) as raw:
+            up = upstream(f"http://127.0.0.1:{raw.port}")
+            got: list[bytes] = []
+            async with up.stream("/x", {}, "m") as s:
+                while (batch := await s.next_sse_events()) is not None:
+                    assert batch, "a batch holds at least one event"
+                    got += batch
+                await s.finish()
+            await up.aclose()
+        assert got == SSE_DATA
+
+    run(scenario())

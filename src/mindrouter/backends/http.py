@@ -1,4 +1,4 @@
-"""What an adapter says to its engine: JSON bodies posted, streams read line by line.
+"""What an adapter says to its engine: JSON bodies posted, streams read event by event.
 
 The connections are the gateway's own (`http_client`): kept alive between requests, bodies
 out as orjson bytes, streams decoded as the bytes arrive (SSE for OpenAI-style engines, NDJSON
@@ -271,27 +271,52 @@ class UpstreamStream:
         self._buf, self._pos = b"", 0
         return rest
 
-    async def next_sse_data(self) -> bytes | None:
-        """The data of the next server-sent event, or None at the end of the body.
+    async def next_sse_events(self) -> list[bytes] | None:
+        """The data of every server-sent event that has arrived whole, at least one (waited
+        for); None at the end of the body.
 
-        Comment lines (`:` keep-alives) and fields other than `data` are skipped; several `data`
-        lines in one event are joined with a newline, as the SSE specification says.
+        The events already in the buffer are taken in one pass: an engine that is ahead of the
+        gateway (a whole answer, a burst) costs one call for all its events, not one each.
+        Comment lines (`:` keep-alives) and fields other than `data` are skipped, and count as
+        signs of life; several `data` lines in one event are joined with a newline, as the SSE
+        specification says. A last event the body ended without a blank line after is kept.
         """
-        data: bytes | None = None
-        while True:
-            line = self._line()
-            if line is None:
-                line = await self._read_line()
-                if not line:
-                    return data
-            line = line.rstrip(b"\r\n")
-            if not line:
-                if data is not None:
-                    return data
-                continue
-            if line.startswith(b"data:"):
-                chunk = line[6:] if line[5:6] == b" " else line[5:]
-                data = chunk if data is None else data + b"\n" + chunk
+        events, _ = self._sse_events()
+        if events:
+            return events
+        conn, loop = self._conn, self._loop
+        assert conn is not None and loop is not None
+        # The silence is counted from here to the end of an event (or a comment): bytes
+        # trickled without one do not keep a stream alive.
+        self._since = loop.time()
+        self._reading = True
+        try:
+            while await self._append(conn):
+                events, blocks = self._sse_events()
+                if events:
+                    return events
+                if blocks:
+                    self._since = loop.time()
+        except CLIENT_FAILURES as exc:
+            raise error_from_exception(exc, self._up.backend, "reading the stream") from exc
+        finally:
+            self._reading = False
+        rest = self._buf[self._pos :].replace(b"\r\n", b"\n").strip(b"\n")
+        self._buf, self._pos = b"", 0
+        last = _event_data(rest)
+        return None if last is None else [last]
+
+    def _sse_events(self) -> tuple[list[bytes], int]:
+        """The data of the whole events in the buffer, and how many blocks (events, comments)
+        were taken from it; what follows the last blank line stays for the next read."""
+        rest = self._buf[self._pos :] if self._pos else self._buf
+        if b"\r" in rest:
+            rest = rest.replace(b"\r\n", b"\n")
+        *blocks, self._buf = rest.split(b"\n\n")
+        self._pos = 0
+        if not blocks:
+            return [], 0
+        return [data for block in blocks if (data := _event_data(block)) is not None], len(blocks)
 
     async def next_json_line(self) -> Any:
         """The next NDJSON object, or None at the end of the body (blank lines are skipped)."""
@@ -302,6 +327,18 @@ class UpstreamStream:
             line = line.strip()
             if line:
                 return load_stream_json(line, self._up.backend)
+
+
+def _event_data(block: bytes) -> bytes | None:
+    """The data of one event's lines (no blank line among them), None when it has none."""
+    if block.startswith(b"data: ") and b"\n" not in block:
+        return block[6:]  # the common shape: one data line
+    data: bytes | None = None
+    for line in block.split(b"\n"):
+        if line.startswith(b"data:"):
+            chunk = line[6:] if line[5:6] == b" " else line[5:]
+            data = chunk if data is None else data + b"\n" + chunk
+    return data
 
 
 def load_stream_json(payload: bytes, backend: str) -> Any:

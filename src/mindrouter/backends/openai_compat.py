@@ -127,15 +127,16 @@ class OpenAICompatAdapter:
         out = decoder.out
         saw_done = False
         async with self.http.stream(self.api + path, body, model) as stream:
-            while (data := await stream.next_sse_data()) is not None:
-                if data == _DONE:
-                    saw_done = True
-                    break
-                decoder.feed(load_stream_json(data, self.name))
-                if out:
-                    for event in out:
-                        yield event
-                    out.clear()
+            while not saw_done and (batch := await stream.next_sse_events()) is not None:
+                for data in batch:
+                    if data == _DONE:
+                        saw_done = True
+                        break
+                    decoder.feed(load_stream_json(data, self.name))
+                    if out:
+                        for event in out:
+                            yield event
+                        out.clear()
             await stream.finish()
         usage = decoder.close(saw_end_marker=saw_done, estimate_input=estimate_input)
         for event in out:
