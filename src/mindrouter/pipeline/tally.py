@@ -30,16 +30,21 @@ class Tally:
 
     def see(self, event: StreamEvent) -> int:
         """Take one event into account; returns the output tokens it is worth (0 or 1)."""
-        if isinstance(event, TextDelta | ReasoningDelta | ToolCallArgs):
+        # Once per generated token: the exact class (events are final) is the cheapest test.
+        if type(event) is TextDelta:
             self.produced += 1
-            if isinstance(event, TextDelta):
-                self._pieces.append(event.text)
-            elif isinstance(event, ToolCallArgs):
-                self._pieces.append(event.fragment)
+            self._pieces.append(event.text)
             return 1
-        if isinstance(event, ToolCallStart):
+        if type(event) is ReasoningDelta:
+            self.produced += 1
+            return 1
+        if type(event) is ToolCallArgs:
+            self.produced += 1
+            self._pieces.append(event.fragment)
+            return 1
+        if type(event) is ToolCallStart:
             self._pieces.append(f"\n[tool call {event.name}] ")
-        elif isinstance(event, Done):
+        elif type(event) is Done:
             self.usage = event.usage
         return 0
 
