@@ -133,22 +133,28 @@ class EventStream(Response):
         encoder, before_end = self._encoder, self._before_end
         # The start and the end go through every layer; the chunks between, straight out.
         chunk_send: Send = scope.get(SERVER_SEND, send)
+        # The stream's opening (a role chunk, a `message_start`) and its first event are ready
+        # at the same moment (the route waited for the first event), so they go out in one
+        # write; so do the ending and the end of the body.
+        head = encoder.start()
+        ending = b""
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            head = encoder.start()
-            if head:
-                await chunk_send({"type": "http.response.body", "body": head, "more_body": True})
             async for event in self._events:
                 out = encoder.encode(event)
-                if before_end is not None and isinstance(event, Done | StreamFailed):
-                    # What must be in place before the client reads the ending (a stored
-                    # response that its next request may name) is done before it is written.
-                    await before_end()
-                if out:
+                if head:
+                    out, head = head + out, b""
+                if isinstance(event, Done | StreamFailed):
+                    if before_end is not None:
+                        # What must be in place before the client reads the ending (a stored
+                        # response that its next request may name) is done before it is written.
+                        await before_end()
+                    ending = out  # the last event: the stream ends after it
+                elif out:
                     await chunk_send({"type": "http.response.body", "body": out, "more_body": True})
         finally:
             await self._events.aclose()
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.body", "body": head + ending, "more_body": False})
 
 
 def stream_response(
