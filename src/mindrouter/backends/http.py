@@ -17,7 +17,7 @@ Timeouts (`base.Timeouts`):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -104,10 +104,11 @@ class UpstreamStream:
     """One streamed response. Leaving the block early closes the connection (not pooled), so the
     engine sees the disconnect and stops generating; reading to the end returns it to the pool.
 
-    Lines are split out of the bytes as they arrive, in a buffer of our own: one read of the
-    body per piece the engine sends rather than one per line, and no timeout to set up for a line
-    that is already there. The idle timeout is one timer per stream (`_watch`), which looks at
-    how long the line under way has been waited for, instead of a timeout around every read.
+    Events (SSE) and lines (NDJSON) are split out of the bytes as they arrive, in a buffer of our
+    own: one read of the body per piece the engine sends, and every whole event or line in the
+    buffer taken in one pass, with no timeout to set up for what is already there. The idle
+    timeout is one timer per stream (`_watch`), which looks at how long the event or line under
+    way has been waited for, instead of a timeout around every read.
     """
 
     __slots__ = (
@@ -118,7 +119,6 @@ class UpstreamStream:
         "_loop",
         "_model",
         "_path",
-        "_pos",
         "_reading",
         "_since",
         "_timer",
@@ -132,8 +132,7 @@ class UpstreamStream:
         self._model = model
         self._conn: EngineConnection | None = None
         self._finished = False
-        self._buf = b""  # bytes received and not yet taken; lines start at `_pos`
-        self._pos = 0
+        self._buf = b""  # bytes received and not yet taken
         self._reading = False  # a line is being waited for
         self._since = 0.0  # since when
         self._timer: asyncio.TimerHandle | None = None
@@ -213,10 +212,7 @@ class UpstreamStream:
         data = await conn.read()
         if not data:
             return False
-        pos = self._pos
-        buf = self._buf
-        self._buf = data if pos >= len(buf) else buf[pos:] + data
-        self._pos = 0
+        self._buf = self._buf + data if self._buf else data
         if len(self._buf) > MAX_LINE and b"\n" not in data:
             raise MalformedResponse(f"a line longer than {MAX_LINE} bytes")
         return True
@@ -236,97 +232,70 @@ class UpstreamStream:
             return
         self._finished = True
 
-    def _line(self) -> bytes | None:
-        """The next whole line in the buffer, newline included; None when there is none yet."""
-        buf, pos = self._buf, self._pos
-        end = buf.find(b"\n", pos)
-        if end < 0:
-            return None
-        self._pos = end + 1
-        return buf[pos : end + 1]
-
-    async def readline(self) -> bytes:
-        """The next raw line including its newline (the last one may have none); b"" at the end
-        of the body."""
-        line = self._line()
-        return line if line is not None else await self._read_line()
-
-    async def _read_line(self) -> bytes:
-        conn, loop = self._conn, self._loop
-        assert conn is not None and loop is not None
-        # The silence is counted from here to the end of the line: bytes trickled without one
-        # do not keep a stream alive.
-        self._since = loop.time()
-        self._reading = True
-        try:
-            while await self._append(conn):
-                line = self._line()
-                if line is not None:
-                    return line
-        except CLIENT_FAILURES as exc:
-            raise error_from_exception(exc, self._up.backend, "reading the stream") from exc
-        finally:
-            self._reading = False
-        rest = self._buf[self._pos :]
-        self._buf, self._pos = b"", 0
-        return rest
-
     async def next_sse_events(self) -> list[bytes] | None:
         """The data of every server-sent event that has arrived whole, at least one (waited
         for); None at the end of the body.
 
-        The events already in the buffer are taken in one pass: an engine that is ahead of the
-        gateway (a whole answer, a burst) costs one call for all its events, not one each.
         Comment lines (`:` keep-alives) and fields other than `data` are skipped, and count as
         signs of life; several `data` lines in one event are joined with a newline, as the SSE
         specification says. A last event the body ended without a blank line after is kept.
         """
-        events, _ = self._sse_events()
-        if events:
-            return events
+        return await self._next(self._sse_events, b"\n\n")
+
+    async def next_json_lines(self) -> list[bytes] | None:
+        """Every NDJSON line that has arrived whole (not yet decoded: `load_stream_json`), at
+        least one (waited for); None at the end of the body. Blank lines are skipped."""
+        return await self._next(self._json_lines, b"\n")
+
+    async def _next(
+        self, take: Callable[[], tuple[list[bytes], int]], end: bytes
+    ) -> list[bytes] | None:
+        """What `take` finds whole in the buffer, reading more of the body until it finds
+        something. `take` answers the pieces found and how many units (lines, events,
+        comments) it consumed: any unit is a sign of life for the idle timer, while bytes
+        trickled without completing one are not. At the end of the body, what is left is taken
+        as if `end` followed it.
+
+        Everything already received is taken in one pass: an engine that is ahead of the
+        gateway (a whole answer, a burst) costs one call for all of it, not one each.
+        """
+        pieces, _ = take()
+        if pieces:
+            return pieces
         conn, loop = self._conn, self._loop
         assert conn is not None and loop is not None
-        # The silence is counted from here to the end of an event (or a comment): bytes
-        # trickled without one do not keep a stream alive.
         self._since = loop.time()
         self._reading = True
         try:
             while await self._append(conn):
-                events, blocks = self._sse_events()
-                if events:
-                    return events
-                if blocks:
+                pieces, units = take()
+                if pieces:
+                    return pieces
+                if units:
                     self._since = loop.time()
         except CLIENT_FAILURES as exc:
             raise error_from_exception(exc, self._up.backend, "reading the stream") from exc
         finally:
             self._reading = False
-        rest = self._buf[self._pos :].replace(b"\r\n", b"\n").strip(b"\n")
-        self._buf, self._pos = b"", 0
-        last = _event_data(rest)
-        return None if last is None else [last]
+        if not self._buf:
+            return None
+        self._buf += end
+        pieces, _ = take()
+        self._buf = b""
+        return pieces or None
 
     def _sse_events(self) -> tuple[list[bytes], int]:
-        """The data of the whole events in the buffer, and how many blocks (events, comments)
-        were taken from it; what follows the last blank line stays for the next read."""
-        rest = self._buf[self._pos :] if self._pos else self._buf
+        rest = self._buf
         if b"\r" in rest:
             rest = rest.replace(b"\r\n", b"\n")
         *blocks, self._buf = rest.split(b"\n\n")
-        self._pos = 0
         if not blocks:
             return [], 0
         return [data for block in blocks if (data := _event_data(block)) is not None], len(blocks)
 
-    async def next_json_line(self) -> Any:
-        """The next NDJSON object, or None at the end of the body (blank lines are skipped)."""
-        while True:
-            line = await self.readline()
-            if not line:
-                return None
-            line = line.strip()
-            if line:
-                return load_stream_json(line, self._up.backend)
+    def _json_lines(self) -> tuple[list[bytes], int]:
+        *lines, self._buf = self._buf.split(b"\n")
+        return [line for line in lines if line.strip()], len(lines)
 
 
 def _event_data(block: bytes) -> bytes | None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from mindrouter.backends.base import Timeouts
-from mindrouter.backends.http import DEFAULT_TIMEOUTS, StreamEvents, Upstream
+from mindrouter.backends.http import DEFAULT_TIMEOUTS, StreamEvents, Upstream, load_stream_json
 from mindrouter.backends.ollama_results import OllamaDecoder, add_usage, decode_embed
 from mindrouter.backends.ollama_wire import encode_chat, encode_embed, encode_generate
 from mindrouter.canonical import (
@@ -84,13 +84,15 @@ class OllamaAdapter:
         # The read loop is written out here rather than in a shared inner generator, so that
         # closing this generator closes the upstream connection at once.
         async with self.http.stream("/api/chat", body, req.model) as stream:
-            while (obj := await stream.next_json_line()) is not None:
-                last = decoder.feed(obj)
-                for event in out:
-                    yield event
-                out.clear()
-                if last:
-                    break
+            last = False
+            while not last and (lines := await stream.next_json_lines()) is not None:
+                for line in lines:
+                    last = decoder.feed(load_stream_json(line, self.name))
+                    for event in out:
+                        yield event
+                    out.clear()
+                    if last:
+                        break
             await stream.finish()
         self._check_done(decoder)
         yield Done(decoder.usage(lambda: estimate_chat_input(req)))
@@ -123,13 +125,15 @@ class OllamaAdapter:
             if req.echo:
                 yield TextDelta(prompt, i)
             async with self.http.stream("/api/generate", body, req.model) as stream:
-                while (obj := await stream.next_json_line()) is not None:
-                    last = decoder.feed(obj)
-                    for event in out:
-                        yield event
-                    out.clear()
-                    if last:
-                        break
+                last = False
+                while not last and (lines := await stream.next_json_lines()) is not None:
+                    for line in lines:
+                        last = decoder.feed(load_stream_json(line, self.name))
+                        for event in out:
+                            yield event
+                        out.clear()
+                        if last:
+                            break
                 await stream.finish()
             self._check_done(decoder)
             usage = add_usage(usage, decoder.usage(_counter(prompt)))
