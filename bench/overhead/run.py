@@ -90,7 +90,7 @@ class Plan:
     step_s: float
     rounds: int
     stream_concurrency: tuple[int, ...]
-    stream_s: float
+    stream_s: float  # per streams step; longer where that would hold fewer than `stream_min`
     bisect: int  # bisection steps between the last rate held and the first that failed
     large_prompt: bool
     anthropic: bool
@@ -102,6 +102,14 @@ class Plan:
     parity_s: float = 3.0  # per kind and round: the mock's unary answer against its stream
     workers_s: float = 10.0  # per target and round in the workers rows
     commit_probe_n: int = 500  # single-row commits, at the start and at the end
+    # Streams a step of the streams sweep measures at least (its TTFT p99 would otherwise be
+    # its slowest stream or close to it: at one stream, 8 s hold 12); 0 = no minimum.
+    stream_min: int = 100
+
+    def stream_step_s(self, concurrency: int) -> float:
+        """How long the streams step at `concurrency` runs."""
+        one = (FIRST_TOKEN_MS + STREAM_CHUNKS * STREAM_GAP_MS) / 1000  # a stream, direct
+        return max(self.stream_s, self.stream_min * one / concurrency)
 
     @staticmethod
     def full() -> Plan:
@@ -138,6 +146,7 @@ class Plan:
             parity_s=1.0,
             workers_s=3.0,
             commit_probe_n=200,
+            stream_min=0,
         )
 
 

@@ -83,11 +83,12 @@ async def stream_capacity(bench: Bench) -> None:
             if t.name not in CAPACITY_TARGETS and conc != _peer_level(plan.stream_concurrency):
                 continue
             raw = t.raw(chat_body(stream=True))
+            seconds = plan.stream_step_s(conc)
             t.server.refresh_pids()
             with bench.alone(t):
                 user0, sys0 = targets.user_system(t.server.pids)
                 results, _ = await closed_loop(
-                    t.pool, raw, conc, plan.stream_s, stream=True, timeout=4 * plan.timeout_s
+                    t.pool, raw, conc, seconds, stream=True, timeout=4 * plan.timeout_s
                 )
                 user1, sys1 = targets.user_system(t.server.pids)
             cpu = (user1 - user0) + (sys1 - sys0)
@@ -96,7 +97,7 @@ async def stream_capacity(bench: Bench) -> None:
                 "scenario": "stream",
                 "target": t.name,
                 "concurrency": conc,
-                "duration_s": plan.stream_s,
+                "duration_s": seconds,
                 **stream_summary(results, STREAM_CHUNKS),
                 "cpu_s": cpu,
                 "system_share": (sys1 - sys0) / cpu if cpu > 0 else None,
