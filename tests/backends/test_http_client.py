@@ -340,67 +340,43 @@ SSE_SHAPES = (
     b"retry: 10\n\n"  # an event without data
     b"data: last"  # the body ends without the blank line
 )
-SSE_DATA = [b"1", b"2", b'{"a":\n1}', b"last"]
-
-
-@pytest.mark.parametrize("piece", [1, 3, len(SSE_SHAPES)], ids=["byte-by-byte", "3-bytes", "whole"])
-def test_server_sent_events_are_framed_however_the_bytes_arrive(run: Run, piece: int) -> None:
-    async def events(head: bytes, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        for at in range(0, len(SSE_SHAPES), piece):
-            part = SSE_SHAPES[at : at + piece]
-            writer.write(b"%x\r\n%s\r\n" % (len(part), part))
-            await writer.drain()
-            if piece < len(SSE_SHAPES):
-                await asyncio.sleep(0)
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-
-    async def scenario() -> None:
-        async with serving(events) as raw:
-            up = upstream(f"http://127.0.0.1:{raw.port}")
-            got: list[bytes] = []
-            async with up.stream("/x", {}, "m") as s:
-                while (batch := await s.next_sse_events()) is not None:
-                    assert batch, "a batch holds at least one event"
-                    got += batch
-                await s.finish()
-            await up.aclose()
-        assert got == SSE_DATA
-
-    run(scenario())
-
-
 NDJSON_SHAPES = b'{"a": 1}\n\n{"b": 2}\r\n{"c": 3}'  # a blank line, CRLF, no newline at the end
-NDJSON_LINES = [b'{"a": 1}', b'{"b": 2}\r', b'{"c": 3}']
+FRAMINGS = {
+    "sse": (SSE_SHAPES, [b"1", b"2", b'{"a":\n1}', b"last"]),
+    "ndjson": (NDJSON_SHAPES, [b'{"a": 1}', b'{"b": 2}\r', b'{"c": 3}']),
+}
 
 
-@pytest.mark.parametrize(
-    "piece", [1, 3, len(NDJSON_SHAPES)], ids=["byte-by-byte", "3-bytes", "whole"]
-)
-def test_json_lines_are_split_however_the_bytes_arrive(run: Run, piece: int) -> None:
-    async def lines(head: bytes, writer: asyncio.StreamWriter) -> None:
+@pytest.mark.parametrize("framing", list(FRAMINGS))
+@pytest.mark.parametrize("piece", [1, 3, 0], ids=["byte-by-byte", "3-bytes", "whole"])
+def test_events_and_lines_are_framed_however_the_bytes_arrive(
+    run: Run, framing: str, piece: int
+) -> None:
+    body, expected = FRAMINGS[framing]
+    piece = piece or len(body)
+
+    async def pieces(head: bytes, writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        for at in range(0, len(NDJSON_SHAPES), piece):
-            part = NDJSON_SHAPES[at : at + piece]
+        for at in range(0, len(body), piece):
+            part = body[at : at + piece]
             writer.write(b"%x\r\n%s\r\n" % (len(part), part))
             await writer.drain()
-            if piece < len(NDJSON_SHAPES):
+            if piece < len(body):
                 await asyncio.sleep(0)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
     async def scenario() -> None:
-        async with serving(lines) as raw:
+        async with serving(pieces) as raw:
             up = upstream(f"http://127.0.0.1:{raw.port}")
             got: list[bytes] = []
             async with up.stream("/x", {}, "m") as s:
-                while (batch := await s.next_json_lines()) is not None:
-                    assert batch, "a batch holds at least one line"
+                read = s.next_sse_events if framing == "sse" else s.next_json_lines
+                while (batch := await read()) is not None:
+                    assert batch, "a batch holds at least one event or line"
                     got += batch
                 await s.finish()
             await up.aclose()
-        assert got == NDJSON_LINES
-        assert [orjson.loads(line) for line in got] == [{"a": 1}, {"b": 2}, {"c": 3}]
+        assert got == expected
 
     run(scenario())
