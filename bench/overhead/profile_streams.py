@@ -242,8 +242,8 @@ async def against(ns: argparse.Namespace) -> Path:
         for n, t in gws.items():
             await load(t, raws[n], 3.0)
         for round_ in range(1, ns.rounds + 1):
-            # The two gateways take turns at being measured first. The one started first still
-            # costs a few per cent more, whatever its source (docs/benchmarks.md, A/A runs).
+            # The two gateways take turns at being measured first. Same source on both sides,
+            # they still read a few per cent apart (docs/benchmarks.md, A/A runs).
             pair = list(names[:2]) if round_ % 2 else list(reversed(names[:2]))
             for n in (*pair, run.DIRECT):
                 t = gws[n]
