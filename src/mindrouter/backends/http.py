@@ -133,7 +133,7 @@ class UpstreamStream:
         self._conn: EngineConnection | None = None
         self._finished = False
         self._buf = b""  # bytes received and not yet taken
-        self._reading = False  # a line is being waited for
+        self._reading = False  # an event or a line is being waited for
         self._since = 0.0  # since when
         self._timer: asyncio.TimerHandle | None = None
         # Looked up once: asyncio's lookup asks the kernel for the process id every time.
