@@ -253,15 +253,6 @@ async def test_first_byte_timeout(handler: Any, engine: FakeEngine, make_adapter
         await call(adapter, stream=True)
 
 
-async def test_a_stream_outlives_the_total_timeout_while_pieces_keep_coming(
-    engine: FakeEngine, make_adapter: Make
-) -> None:
-    engine.on("/v1/chat/completions", trickle)
-    adapter = make_adapter("vllm", timeouts=Timeouts(first_byte=5, total=0.1, idle=5))
-    events = await call(adapter, stream=True)
-    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "x" * 20
-
-
 async def test_a_stream_that_goes_silent_ends_after_the_idle_gap(
     engine: FakeEngine, make_adapter: Make
 ) -> None:
@@ -286,13 +277,23 @@ async def pings_then_the_answer(req: Recorded, reply: Reply) -> None:
     await reply.write(b"data: [DONE]\n\n")
 
 
-async def test_keep_alive_comments_keep_a_stream_alive(
-    engine: FakeEngine, make_adapter: Make
+@pytest.mark.parametrize(
+    ("handler", "timeouts", "text"),
+    [
+        # Pieces keep coming for longer than the total timeout, which bounds whole bodies only.
+        (trickle, Timeouts(first_byte=5, total=0.1, idle=5), "x" * 20),
+        # Keep-alive comments count as signs of life for the idle timer.
+        (pings_then_the_answer, Timeouts(first_byte=5, total=30, idle=0.15), "xy"),
+    ],
+    ids=["pieces-past-the-total-timeout", "keep-alive-comments-past-the-idle-gap"],
+)
+async def test_a_stream_that_keeps_showing_life_runs_to_its_end(
+    handler: Any, timeouts: Timeouts, text: str, engine: FakeEngine, make_adapter: Make
 ) -> None:
-    engine.on("/v1/chat/completions", pings_then_the_answer)
-    adapter = make_adapter("vllm", timeouts=Timeouts(first_byte=5, total=30, idle=0.15))
+    engine.on("/v1/chat/completions", handler)
+    adapter = make_adapter("vllm", timeouts=timeouts)
     events = await call(adapter, stream=True)
-    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "xy"
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == text
 
 
 async def one_piece_then_bytes_without_a_line(req: Recorded, reply: Reply) -> None:

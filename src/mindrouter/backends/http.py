@@ -255,9 +255,6 @@ class UpstreamStream:
         comments) it consumed: any unit is a sign of life for the idle timer, while bytes
         trickled without completing one are not. At the end of the body, what is left is taken
         as if `end` followed it.
-
-        Everything already received is taken in one pass: an engine that is ahead of the
-        gateway (a whole answer, a burst) costs one call for all of it, not one each.
         """
         pieces, _ = take()
         if pieces:
@@ -289,8 +286,6 @@ class UpstreamStream:
         if b"\r" in rest:
             rest = rest.replace(b"\r\n", b"\n")
         *blocks, self._buf = rest.split(b"\n\n")
-        if not blocks:
-            return [], 0
         return [data for block in blocks if (data := _event_data(block)) is not None], len(blocks)
 
     def _json_lines(self) -> tuple[list[bytes], int]:

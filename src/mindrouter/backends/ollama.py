@@ -16,11 +16,12 @@ silently dropping an explicit reasoning request would change what the client ask
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import aclosing
 
 from mindrouter.backends.base import Timeouts
 from mindrouter.backends.http import DEFAULT_TIMEOUTS, StreamEvents, Upstream, load_stream_json
 from mindrouter.backends.ollama_results import OllamaDecoder, add_usage, decode_embed
-from mindrouter.backends.ollama_wire import encode_chat, encode_embed, encode_generate
+from mindrouter.backends.ollama_wire import Json, encode_chat, encode_embed, encode_generate
 from mindrouter.canonical import (
     ChatRequest,
     ChatResult,
@@ -80,21 +81,9 @@ class OllamaAdapter:
     async def chat_stream(self, req: ChatRequest) -> StreamEvents:
         body = encode_chat(req, stream=True, num_ctx=self.context_lengths.get(req.model))
         decoder = self._chat_decoder(req)
-        out = decoder.out
-        # The read loop is written out here rather than in a shared inner generator, so that
-        # closing this generator closes the upstream connection at once.
-        async with self.http.stream("/api/chat", body, req.model) as stream:
-            last = False
-            while not last and (lines := await stream.next_json_lines()) is not None:
-                for line in lines:
-                    last = decoder.feed(load_stream_json(line, self.name))
-                    for event in out:
-                        yield event
-                    out.clear()
-                    if last:
-                        break
-            await stream.finish()
-        self._check_done(decoder)
+        async with aclosing(self._read("/api/chat", body, req.model, decoder)) as events:
+            async for event in events:
+                yield event
         yield Done(decoder.usage(lambda: estimate_chat_input(req)))
 
     async def complete(self, req: CompletionRequest) -> ChatResult:
@@ -121,23 +110,33 @@ class OllamaAdapter:
         for i, prompt in enumerate(req.prompt):
             body = encode_generate(req, prompt, stream=True, num_ctx=num_ctx)
             decoder = OllamaDecoder(self.name, choice=i, generate=True)
-            out = decoder.out
             if req.echo:
                 yield TextDelta(prompt, i)
-            async with self.http.stream("/api/generate", body, req.model) as stream:
-                last = False
-                while not last and (lines := await stream.next_json_lines()) is not None:
-                    for line in lines:
-                        last = decoder.feed(load_stream_json(line, self.name))
-                        for event in out:
-                            yield event
-                        out.clear()
-                        if last:
-                            break
-                await stream.finish()
-            self._check_done(decoder)
+            async with aclosing(self._read("/api/generate", body, req.model, decoder)) as events:
+                async for event in events:
+                    yield event
             usage = add_usage(usage, decoder.usage(_counter(prompt)))
         yield Done(usage)
+
+    async def _read(
+        self, path: str, body: Json, model: str, decoder: OllamaDecoder
+    ) -> StreamEvents:
+        """The events of one NDJSON stream, up to the decoder's last line. The callers close
+        this generator with theirs (`aclosing`), so that a client leaving closes the upstream
+        connection at once and the engine stops generating."""
+        out = decoder.out
+        async with self.http.stream(path, body, model) as stream:
+            last = False
+            while not last and (lines := await stream.next_json_lines()) is not None:
+                for line in lines:
+                    last = decoder.feed(load_stream_json(line, self.name))
+                    for event in out:
+                        yield event
+                    out.clear()
+                    if last:
+                        break
+            await stream.finish()
+        self._check_done(decoder)
 
     def _check_done(self, decoder: OllamaDecoder) -> None:
         if not decoder.done:
