@@ -197,6 +197,10 @@ class OwnRedis:
             client.close()
         raise AssertionError(f"redis-server on port {self.port} did not start")
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
     def kill(self) -> None:
         """SIGKILL: everything it held is gone."""
         proc, self._proc = self._proc, None

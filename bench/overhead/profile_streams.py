@@ -97,13 +97,16 @@ async def profile_streams(ns: argparse.Namespace) -> Path:
     shape = {"first_token_ms": ns.first_token_ms, "chunks": ns.chunks, "gap_ms": ns.gap_ms}
     await post_once(HOST, mock.port, "/_config", orjson.dumps(shape))
     out = run.RESULTS / f"overhead-profile-streams-{ns.profile}-{ns.variant}.txt"
+    peers = contextlib.ExitStack()
     try:
+        pin_peers = peers.enter_context(prof.peers_on_load_core(workdir))
         gw = await targets.start_mindrouter(ns.profile, mock.port, workdir, launcher(ns.variant))
         servers.append(gw)
         pool = Pool(HOST, gw.port)
         raw = run.Target("gw", gw, gw.headers, pool).raw(run.chat_body(stream=True))
         await closed_loop(pool, raw, ns.streams, 3.0, stream=True, timeout=60)  # warm-up
         await asyncio.sleep(1.0)
+        pin_peers(gw)
         spy_proc = prof.start_spy(spy, gw.proc.pid, ns, out) if spy else None
         await asyncio.sleep(0.5)
         gw.refresh_pids()
@@ -119,6 +122,7 @@ async def profile_streams(ns: argparse.Namespace) -> Path:
     finally:
         for server in reversed(servers):
             await server.stop()
+        peers.close()
         shutil.rmtree(workdir, ignore_errors=True)
     stats = run.stream_summary(results, ns.chunks)
     chunks = sum(len(r.events) for r in results if r.ok)
@@ -160,7 +164,7 @@ def _report(ns: argparse.Namespace, st: dict[str, Any], raw: Path | None) -> str
     lines += [
         "",
         f"py-spy at {ns.sample_rate} Hz, on-CPU samples only, {total} samples. Collapsed "
-        f"stacks: `{raw.name}`.",
+        f"stacks: `{raw.name}`. {prof.PEERS}",
         "",
         "## By stage (innermost frame that belongs to one)",
         "",

@@ -309,6 +309,24 @@ async def pg_transactions(database: str) -> int:
     return int(row["n"]) if row else 0
 
 
+def database_backends(database: str) -> list[int]:
+    """The PostgreSQL server processes serving `database` on this machine: a backend's process
+    title is `postgres: [CLUSTER: ]USER DATABASE HOST(PORT) STATE`."""
+    name = database.encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read().split(b"\0", 1)[0]
+        except OSError:
+            continue
+        if title.startswith(b"postgres:") and name in title.split():
+            pids.append(int(entry))
+    return pids
+
+
 async def _redis_delete(prefix: str) -> int:
     from redis.asyncio import Redis
 

@@ -128,6 +128,20 @@ import gc as _mr_gc
 _mr_gc.freeze = lambda: None
 """
 
+# Not a candidate but an instrument: a deterministic profile of the event loop's thread, written
+# when the gateway exits, into /tmp/mindrouter-<pid>.pstats (pstats format): exact call counts
+# per request, where py-spy's samples give only shares. Divide by the calls of a plain function
+# that runs once per request (`record_outcome`): cProfile counts every resumption of a
+# coroutine as a call. Its own cost inflates small functions most.
+_CPROFILE = """
+import atexit as _mr_atexit
+import cProfile as _mr_cprofile
+import os as _mr_os
+_mr_profiler = _mr_cprofile.Profile()
+_mr_profiler.enable()
+_mr_atexit.register(lambda: _mr_profiler.dump_stats(f"/tmp/mindrouter-{_mr_os.getpid()}.pstats"))
+"""
+
 # Changes measured this way and since made in src/ (uvloop, hiredis, FastAPI's telemetry off,
 # the hot routes first, the audit pool without pre-ping, outcomes gathered for 50 ms, the
 # collector's freeze) are gone from this table; the first three variants and `gc-unfrozen`
@@ -143,6 +157,7 @@ VARIANTS: dict[str, str] = {
     "gc-unfrozen": _GC_UNFROZEN,
     "gc-stats": _GC_STATS,
     "gc-unfrozen-stats": _GC_UNFROZEN + _GC_STATS,
+    "cprofile": _CPROFILE,
 }
 
 

@@ -9,7 +9,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from mindrouter.pipeline.journal import Journal, journal_dir, orphans
+from mindrouter.pipeline.journal import Journal, _read, journal_dir, orphans
 from mindrouter.pipeline.recovery import Recovery
 from mindrouter.stores.limits.memory import MemoryLimitStore
 from mindrouter.stores.records import Checkpoint, SweepResult
@@ -61,6 +61,20 @@ def test_a_killed_processs_counts_are_read_back_once(tmp_path: Path) -> None:
     assert list(orphans(tmp_path)) == []  # held by the first reader
     found.remove()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_counts_past_the_slot_width_are_kept_at_its_largest(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, "large")
+    request = str(uuid.uuid4())
+    slot = journal.take(request)
+    assert slot is not None
+    journal.note(slot, 2**40, 2**32)
+    fd = os.open(journal.path, os.O_RDONLY)
+    try:
+        assert _read(fd) == [Checkpoint(request, 2**32 - 1, 2**32 - 1)]
+    finally:
+        os.close(fd)
+    journal.remove()
 
 
 def test_slots_are_reused_and_run_out_quietly(tmp_path: Path) -> None:
