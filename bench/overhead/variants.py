@@ -128,6 +128,21 @@ import gc as _mr_gc
 _mr_gc.freeze = lambda: None
 """
 
+# What reading a non-streamed answer as the engine's stream costs: the engine asked for a whole
+# answer instead (one JSON body, no per-chunk tally, journal or assembly). Not a candidate as it
+# stands: a client that leaves mid-answer would be charged nothing for what was generated.
+_UNARY_UPSTREAM = """
+from mindrouter import canonical as _mr_canonical
+from mindrouter.pipeline import gateway as _mr_gateway
+async def _mr_whole(adapter, req):
+    if isinstance(req, _mr_canonical.ChatRequest):
+        return await adapter.chat(req)
+    return await adapter.complete(req)
+async def _mr_generate(self, ctx, req):
+    return await self._unary(ctx, req, lambda flight: _mr_whole)
+_mr_gateway.Gateway.generate = _mr_generate
+"""
+
 # Not a candidate but an instrument: a deterministic profile of the event loop's thread, written
 # when the gateway exits, into /tmp/mindrouter-<pid>.pstats (pstats format): exact call counts
 # per request, where py-spy's samples give only shares. Divide by the calls of a plain function
@@ -153,6 +168,7 @@ VARIANTS: dict[str, str] = {
     "eager-complete": _EAGER_COMPLETE,
     "starlette-front": _patch(_STARLETTE_FRONT),
     "close-behind": _CLOSE_BEHIND,
+    "unary-upstream": _UNARY_UPSTREAM,
     "console-off": _CONSOLE_OFF,
     "gc-unfrozen": _GC_UNFROZEN,
     "gc-stats": _GC_STATS,
