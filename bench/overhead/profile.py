@@ -205,7 +205,7 @@ async def profile(ns: argparse.Namespace) -> Path:
     servers = [mock]
     peers = contextlib.ExitStack()
     try:
-        pin_peers = peers.enter_context(peers_on_load_core(workdir))
+        pin_peers = peers.enter_context(peers_on_load_core(workdir, ns.profile))
         gw = await targets.start_mindrouter(
             ns.profile, mock.port, workdir, launcher=launcher(ns.variant)
         )
@@ -247,11 +247,11 @@ async def profile(ns: argparse.Namespace) -> Path:
 
 
 @contextlib.contextmanager
-def peers_on_load_core(workdir: Path) -> Iterator[Callable[[targets.Server], None]]:
-    """For profiles of the governed gateway: the gateways started inside use a Redis of their
-    own, run on the load core, and the function yielded moves a gateway's PostgreSQL backends
-    there too (call it once the gateway has opened its connections, before sampling), as if
-    both were on machines of their own.
+def peers_on_load_core(workdir: Path, profile: str) -> Iterator[Callable[[targets.Server], None]]:
+    """For profiles of the governed gateway (for the bare one, nothing): the gateways started
+    inside use a Redis of their own, run on the load core, and the function yielded moves a
+    gateway's PostgreSQL backends there too (call it once the gateway has opened its
+    connections, before sampling), as if both were on machines of their own.
 
     Left where the kernel puts them, a Redis or PostgreSQL process woken by the gateway's write
     mostly runs on the gateway's own core (2 preemptions of the gateway per request at 200 RPS),
@@ -260,6 +260,9 @@ def peers_on_load_core(workdir: Path) -> Iterator[Callable[[targets.Server], Non
     instead of 3-4 %. The gateway's own CPU per request (from /proc) is the same either way, and
     its latency a little better unpinned (p50 2.68 against 2.77 ms), so the full run leaves them
     to the kernel."""
+    if profile != "governed":
+        yield lambda _: None  # SQLite in the gateway's own process, no Redis
+        return
     own = OwnRedis(workdir / "redis").start()
     assert own.pid is not None
     load_core = {int(targets.CLIENT_CORE)}
@@ -280,10 +283,13 @@ def peers_on_load_core(workdir: Path) -> Iterator[Callable[[targets.Server], Non
         own.stop()
 
 
-PEERS = (
-    "Redis (one of the profile's own) and the database's PostgreSQL backends run on the load "
-    "core, so that their work is not sampled as the gateway's (`profile.peers_on_load_core`)."
-)
+def peers_line(profile: str) -> str:
+    if profile != "governed":
+        return ""
+    return (
+        " Redis (one of the profile's own) and the database's PostgreSQL backends run on the load"
+        " core, so that their work is not sampled as the gateway's (`profile.peers_on_load_core`)."
+    )
 
 
 def _report(ns: argparse.Namespace, stats: dict[str, Any], s: dict[str, Any], raw: Path) -> str:
@@ -293,7 +299,7 @@ def _report(ns: argparse.Namespace, stats: dict[str, Any], s: dict[str, Any], ra
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average "
         f"{os.getloadavg()[0]:.2f}; py-spy at {ns.sample_rate} Hz, on-CPU samples only, "
-        f"{s['samples']} samples. Collapsed stacks: `{raw.name}`. {PEERS}",
+        f"{s['samples']} samples. Collapsed stacks: `{raw.name}`.{peers_line(ns.profile)}",
         "",
         f"Requests {stats['requests']}, errors {stats['errors']}, p50 {stats['p50_ms']:.2f} ms, "
         f"p99 {stats['p99_ms']:.2f} ms (from intended send time, mock ~0 ms), "

@@ -99,7 +99,7 @@ async def profile_streams(ns: argparse.Namespace) -> Path:
     out = run.RESULTS / f"overhead-profile-streams-{ns.profile}-{ns.variant}.txt"
     peers = contextlib.ExitStack()
     try:
-        pin_peers = peers.enter_context(prof.peers_on_load_core(workdir))
+        pin_peers = peers.enter_context(prof.peers_on_load_core(workdir, ns.profile))
         gw = await targets.start_mindrouter(ns.profile, mock.port, workdir, launcher(ns.variant))
         servers.append(gw)
         pool = Pool(HOST, gw.port)
@@ -164,7 +164,7 @@ def _report(ns: argparse.Namespace, st: dict[str, Any], raw: Path | None) -> str
     lines += [
         "",
         f"py-spy at {ns.sample_rate} Hz, on-CPU samples only, {total} samples. Collapsed "
-        f"stacks: `{raw.name}`. {prof.PEERS}",
+        f"stacks: `{raw.name}`.{prof.peers_line(ns.profile)}",
         "",
         "## By stage (innermost frame that belongs to one)",
         "",
