@@ -1,0 +1,231 @@
+"""What relaying a streamed chunk costs at the least on this machine: the floor under the
+gateway's CPU per chunk.
+
+    .venv/bin/python -m bench.overhead.floor_streams [--streams 128,256] [--duration 10]
+
+Runs, pinned like the gateways of the main benchmark (relay on core 1, client and mock on core
+0), a relay built from bare asyncio protocols (uvloop, httptools): each client request opens a
+connection to the mock, and every body chunk the mock sends is handled inside that connection's
+data callback and written to the client at once, with no task or coroutine woken per chunk.
+Two modes: `passthrough` writes the engine's bytes as they come; `decode` also splits them into
+server-sent events, parses each event's JSON, counts its content and writes it re-encoded (what
+a relay must do at the least to account for tokens and rename the stream). No authentication,
+limits, audit, scheduling or failover. The same streams as the main benchmark's streams sweep
+(64 chunks 10 ms apart after 20 ms), closed loop, against the direct client → mock path.
+
+Nothing fails on a threshold; it prints a Markdown table and writes
+bench/results/overhead-floor-streams.md. Read the main benchmark's CPU per chunk against it:
+what is above it is the gateway's own work per chunk, and the way that work is scheduled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from typing import Any
+
+import httptools
+import orjson
+
+from bench.overhead import run, targets
+from bench.overhead.bodies import chat_body
+from bench.overhead.client import Pool, closed_loop, post
+
+RESULTS = targets.REPO / "bench" / "results"
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+class _Engine(asyncio.Protocol):
+    """One request to the mock; its body goes to `client` chunk by chunk, from the callback."""
+
+    def __init__(self, client: _Client, decode: bool) -> None:
+        self.client = client
+        self.decode = decode
+        self.parser = httptools.HttpResponseParser(self)
+        self.rest = b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_body(self, body: bytes) -> None:
+        if self.decode:
+            body = self._reencode(body)
+            if not body:
+                return
+        self.client.write_chunk(body)
+
+    def _reencode(self, body: bytes) -> bytes:
+        *events, self.rest = (self.rest + body).split(b"\n\n")
+        out = []
+        for event in events:
+            if event.startswith(b"data: {"):
+                chunk: dict[str, Any] = orjson.loads(event[6:])
+                choices = chunk.get("choices") or []
+                if choices and choices[0].get("delta", {}).get("content"):
+                    self.client.tokens += 1
+                renamed = {"id": self.client.request_id, "model": "renamed", "choices": choices}
+                out.append(b"data: " + orjson.dumps(renamed) + b"\n\n")
+            elif event:
+                out.append(event + b"\n\n")
+        return b"".join(out)
+
+    def on_message_complete(self) -> None:
+        self.client.end()
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _Client(asyncio.Protocol):
+    """One client connection (keep-alive): each request is relayed to the mock."""
+
+    engine_port = 0
+    decode = False
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpRequestParser(self)
+        self.body: list[bytes] = []
+        self.transport: asyncio.Transport | None = None
+        self.request_id = "chatcmpl-floor"
+        self.tokens = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_message_begin(self) -> None:
+        self.body = []
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        body = b"".join(self.body)
+        asyncio.get_running_loop().create_task(self._open(body))
+
+    async def _open(self, body: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        if self.transport is None:
+            return
+        self.transport.write(HEAD)
+        engine, _ = await loop.create_connection(
+            lambda: _Engine(self, self.decode), targets.HOST, self.engine_port
+        )
+        engine.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: mock\r\ncontent-type: application/json"
+            b"\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+
+    def write_chunk(self, body: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
+
+    def end(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"0\r\n\r\n")
+
+
+async def serve(port: int, engine_port: int, decode: bool) -> None:
+    _Client.engine_port, _Client.decode = engine_port, decode
+    server = await asyncio.get_running_loop().create_server(_Client, targets.HOST, port)
+    await server.serve_forever()
+
+
+async def _measure(port: int, streams: int, duration: float) -> dict[str, Any]:
+    pool = Pool(targets.HOST, port)
+    raw = post(targets.HOST, port, "/v1/chat/completions", chat_body(stream=True), {})
+    try:
+        await closed_loop(pool, raw, streams, 2.0, stream=True, timeout=60)  # warm-up
+        results, _ = await closed_loop(pool, raw, streams, duration, stream=True, timeout=60)
+    finally:
+        pool.close()
+    stats = run.stream_summary(results, run.STREAM_CHUNKS)
+    stats["chunks"] = sum(len(r.events) for r in results if r.ok)
+    stats["streams"] = f"{sum(r.ok for r in results)}/{len(results)}"
+    return stats
+
+
+async def main(levels: list[int], duration: float) -> int:
+    os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
+    workdir = targets.workdir()
+    mock = await targets.start_mock(workdir)
+    rows = []
+    try:
+        for streams in levels:
+            direct = await _measure(mock.port, streams, duration)
+            rows.append(("direct", streams, direct, None))
+            for mode in ("passthrough", "decode"):
+                port = targets.free_port()
+                argv = [sys.executable, "-m", "bench.overhead.floor_streams", "--serve"]
+                argv += [str(port), str(mock.port), *(["--decode"] if mode == "decode" else [])]
+                proc = targets._spawn(
+                    argv,
+                    workdir / f"{mode}.log",
+                    targets.GATEWAY_CORE,
+                    {"PYTHONPATH": str(targets.REPO)},
+                )
+                relay = targets.Server(mode, port, proc, workdir / f"{mode}.log")
+                try:
+                    await asyncio.sleep(1.0)
+                    relay.refresh_pids()
+                    cpu0 = relay.cpu()
+                    stats = await _measure(port, streams, duration)
+                    cpu = relay.cpu() - cpu0
+                finally:
+                    await relay.stop()
+                rows.append((mode, streams, stats, cpu / max(stats["chunks"], 1) * 1e6))
+                print(f"  {mode} {streams} streams: {rows[-1][3]:.1f} µs per chunk", flush=True)
+    finally:
+        await mock.stop()
+    lines = [
+        "# The floor for streams: bare asyncio protocols relaying each chunk from its callback",
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; `python -m "
+        f"bench.overhead.floor_streams --streams {','.join(map(str, levels))} --duration "
+        f"{duration:g}`; relay on core {targets.GATEWAY_CORE}, client and mock on core "
+        f"{targets.CLIENT_CORE}; load average {os.getloadavg()[0]:.2f}. Streams of 64 chunks "
+        "10 ms apart after 20 ms, closed loop; each relayed stream opens a new connection to "
+        "the mock.",
+        "",
+        "| target | streams | ok | TTFT p50 | TTFT p99 | gap p50 | gap p99 | CPU µs/chunk |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, streams, s, per_chunk in rows:
+        shown = "–" if per_chunk is None else f"{per_chunk:.1f}"
+        lines.append(
+            f"| {mode} | {streams} | {s['streams']} | {s['ttft_p50_ms']:.2f} | "
+            f"{s['ttft_p99_ms']:.2f} | {s['gap_p50_ms']:.2f} | {s['gap_p99_ms']:.2f} | {shown} |"
+        )
+    report = "\n".join(lines) + "\n"
+    path = RESULTS / "overhead-floor-streams.md"
+    path.write_text(report)
+    print(report)
+    print(f"wrote {path}")
+    return 0
+
+
+def cli() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.overhead.floor_streams")
+    parser.add_argument("--streams", default="128,256", help="concurrent streams, comma-separated")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
+    parser.add_argument("--serve", nargs=2, type=int, metavar=("PORT", "ENGINE_PORT"))
+    parser.add_argument("--decode", action="store_true")
+    ns = parser.parse_args()
+    import uvloop
+
+    if ns.serve:
+        uvloop.run(serve(ns.serve[0], ns.serve[1], ns.decode))
+        return 0
+    return asyncio.run(main([int(x) for x in ns.streams.split(",")], ns.duration))
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
