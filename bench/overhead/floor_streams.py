@@ -29,12 +29,13 @@ from typing import Any
 
 import httptools
 import orjson
+import uvloop
 
 from bench.overhead import run, targets
 from bench.overhead.bodies import chat_body
 from bench.overhead.client import Pool, closed_loop, post
+from bench.overhead.output import RESULTS
 
-RESULTS = targets.REPO / "bench" / "results"
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
@@ -139,6 +140,22 @@ async def serve(port: int, engine_port: int, decode: bool) -> None:
     await server.serve_forever()
 
 
+async def _listening(port: int, timeout: float = 30.0) -> None:
+    """Returns once the relay accepts connections (it answers no request of its own)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _, writer = await asyncio.open_connection(targets.HOST, port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
+
+
 async def _measure(port: int, streams: int, duration: float) -> dict[str, Any]:
     pool = Pool(targets.HOST, port)
     raw = post(targets.HOST, port, "/v1/chat/completions", chat_body(stream=True), {})
@@ -174,7 +191,7 @@ async def main(levels: list[int], duration: float) -> int:
                 )
                 relay = targets.Server(mode, port, proc, workdir / f"{mode}.log")
                 try:
-                    await asyncio.sleep(1.0)
+                    await _listening(port)
                     relay.refresh_pids()
                     cpu0 = relay.cpu()
                     stats = await _measure(port, streams, duration)
@@ -219,8 +236,6 @@ def cli() -> int:
     parser.add_argument("--serve", nargs=2, type=int, metavar=("PORT", "ENGINE_PORT"))
     parser.add_argument("--decode", action="store_true")
     ns = parser.parse_args()
-    import uvloop
-
     if ns.serve:
         uvloop.run(serve(ns.serve[0], ns.serve[1], ns.decode))
         return 0

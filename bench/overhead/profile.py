@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -201,36 +200,32 @@ async def profile(ns: argparse.Namespace) -> Path:
         os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
     spy = py_spy()
     workdir = targets.workdir()
-    mock = await targets.start_mock(workdir)
-    servers = [mock]
-    peers = contextlib.ExitStack()
-    try:
-        pin_peers = peers.enter_context(peers_on_load_core(workdir, ns.profile))
-        gw = await targets.start_mindrouter(
-            ns.profile, mock.port, workdir, launcher=launcher(ns.variant)
-        )
-        servers.append(gw)
-        pool = Pool(HOST, gw.port)
-        raw = run.Target("gw", gw, gw.headers, pool).raw(run.chat_body())
-        await open_loop(pool, raw, 100, 3.0, timeout=30)  # warm-up
-        await asyncio.sleep(1.0)
-        pin_peers(gw)
-        out = run.RESULTS / f"overhead-profile-{ns.profile}-{ns.variant}.txt"
-        spy_proc = start_spy(spy, gw.proc.pid, ns, out)
-        await asyncio.sleep(0.5)
-        gw.refresh_pids()
-        cpu0 = gw.cpu()
-        threads0 = thread_cpu(gw.proc.pid)
-        results, t0 = await open_loop(pool, raw, ns.rate, ns.duration - 1.0, timeout=10)
-        cpu = gw.cpu() - cpu0
-        threads1 = thread_cpu(gw.proc.pid)
-        await stop_spy(spy_proc)
-        pool.close()
-    finally:
-        for server in reversed(servers):
-            await server.stop()
-        peers.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with peers_on_load_core(workdir, ns.profile) as pin_peers:
+        mock = await targets.start_mock(workdir)
+        servers = [mock]
+        try:
+            gw = await targets.start_mindrouter(
+                ns.profile, mock.port, workdir, launcher=launcher(ns.variant)
+            )
+            servers.append(gw)
+            pool = Pool(HOST, gw.port)
+            raw = run.Target("gw", gw, gw.headers, pool).raw(run.chat_body())
+            await open_loop(pool, raw, 100, 3.0, timeout=30)  # warm-up
+            await asyncio.sleep(1.0)
+            pin_peers(gw)
+            out = run.RESULTS / f"overhead-profile-{ns.profile}-{ns.variant}.txt"
+            spy_proc = start_spy(spy, gw.proc.pid, ns, out)
+            await asyncio.sleep(0.5)
+            gw.refresh_pids()
+            cpu0 = gw.cpu()
+            threads0 = thread_cpu(gw.proc.pid)
+            results, t0 = await open_loop(pool, raw, ns.rate, ns.duration - 1.0, timeout=10)
+            cpu = gw.cpu() - cpu0
+            threads1 = thread_cpu(gw.proc.pid)
+            await stop_spy(spy_proc)
+            pool.close()
+        finally:
+            await targets.stop_all(servers, workdir)
     stats = run.unary_summary(results, t0, ns.rate)
     stats["cpu_us_per_request"] = cpu / len(results) * 1e6
     stats["threads_us_per_request"] = {

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -92,38 +91,36 @@ async def profile_streams(ns: argparse.Namespace) -> Path:
         os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
     spy = None if ns.no_spy else prof.py_spy()
     workdir = targets.workdir()
-    mock = await targets.start_mock(workdir)
-    servers = [mock]
-    shape = {"first_token_ms": ns.first_token_ms, "chunks": ns.chunks, "gap_ms": ns.gap_ms}
-    await post_once(HOST, mock.port, "/_config", orjson.dumps(shape))
-    out = run.RESULTS / f"overhead-profile-streams-{ns.profile}-{ns.variant}.txt"
-    peers = contextlib.ExitStack()
-    try:
-        pin_peers = peers.enter_context(prof.peers_on_load_core(workdir, ns.profile))
-        gw = await targets.start_mindrouter(ns.profile, mock.port, workdir, launcher(ns.variant))
-        servers.append(gw)
-        pool = Pool(HOST, gw.port)
-        raw = run.Target("gw", gw, gw.headers, pool).raw(run.chat_body(stream=True))
-        await closed_loop(pool, raw, ns.streams, 3.0, stream=True, timeout=60)  # warm-up
-        await asyncio.sleep(1.0)
-        pin_peers(gw)
-        spy_proc = prof.start_spy(spy, gw.proc.pid, ns, out) if spy else None
-        await asyncio.sleep(0.5)
-        gw.refresh_pids()
-        cpu0, split0 = gw.cpu(), targets.user_system(gw.pids)
-        results, _ = await closed_loop(
-            pool, raw, ns.streams, ns.duration - 1.5, stream=True, timeout=60
-        )
-        cpu, split1 = gw.cpu() - cpu0, targets.user_system(gw.pids)
-        load = os.getloadavg()[0]
-        if spy_proc is not None:
-            await prof.stop_spy(spy_proc)
-        pool.close()
-    finally:
-        for server in reversed(servers):
-            await server.stop()
-        peers.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+    with prof.peers_on_load_core(workdir, ns.profile) as pin_peers:
+        mock = await targets.start_mock(workdir)
+        servers = [mock]
+        shape = {"first_token_ms": ns.first_token_ms, "chunks": ns.chunks, "gap_ms": ns.gap_ms}
+        await post_once(HOST, mock.port, "/_config", orjson.dumps(shape))
+        out = run.RESULTS / f"overhead-profile-streams-{ns.profile}-{ns.variant}.txt"
+        try:
+            gw = await targets.start_mindrouter(
+                ns.profile, mock.port, workdir, launcher(ns.variant)
+            )
+            servers.append(gw)
+            pool = Pool(HOST, gw.port)
+            raw = run.Target("gw", gw, gw.headers, pool).raw(run.chat_body(stream=True))
+            await closed_loop(pool, raw, ns.streams, 3.0, stream=True, timeout=60)  # warm-up
+            await asyncio.sleep(1.0)
+            pin_peers(gw)
+            spy_proc = prof.start_spy(spy, gw.proc.pid, ns, out) if spy else None
+            await asyncio.sleep(0.5)
+            gw.refresh_pids()
+            cpu0, split0 = gw.cpu(), targets.user_system(gw.pids)
+            results, _ = await closed_loop(
+                pool, raw, ns.streams, ns.duration - 1.5, stream=True, timeout=60
+            )
+            cpu, split1 = gw.cpu() - cpu0, targets.user_system(gw.pids)
+            load = os.getloadavg()[0]
+            if spy_proc is not None:
+                await prof.stop_spy(spy_proc)
+            pool.close()
+        finally:
+            await targets.stop_all(servers, workdir)
     stats = run.stream_summary(results, ns.chunks)
     chunks = sum(len(r.events) for r in results if r.ok)
     stats.update(chunks=chunks, cpu_s=cpu, loadavg_1m=load)
