@@ -4,6 +4,7 @@ answer (JSON or a stream cut into arbitrary pieces) comes back as canonical resu
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from mindrouter.backends import OllamaAdapter
@@ -18,6 +19,7 @@ from mindrouter.canonical import (
     StreamEvent,
     TextDelta,
     Tool,
+    ToolCallStart,
     Usage,
     assemble,
     text_message,
@@ -38,8 +40,32 @@ def chat(text: str = "Hi", **kw: Any) -> ChatRequest:
     return ChatRequest(model="m", messages=[text_message("user", text)], **kw)
 
 
-async def collect(stream: Any) -> list[StreamEvent]:
+async def pulled(stream: Any) -> list[StreamEvent]:
     return [event async for event in stream]
+
+
+async def collect(stream: Any) -> list[StreamEvent]:
+    """The events as the gateway's relay takes them: the first pulled, then pushed to a sink
+    (`canonical.Events`) that wants no more after every other batch, so that the stream goes
+    back and forth between pushing and being pulled."""
+    events: list[StreamEvent] = []
+    batches = 0
+
+    def sink(batch: list[StreamEvent]) -> bool:
+        nonlocal batches
+        assert batch and not isinstance(batch[-1], Done)
+        batches += 1
+        events.extend(batch)
+        return batches % 2 == 1
+
+    push = None
+    try:
+        while True:
+            events.append(await stream.asend(push))
+            push = sink
+    except StopAsyncIteration:
+        pass
+    return events
 
 
 def tool_stream() -> bytes:
@@ -327,3 +353,21 @@ async def test_completed_streams_reuse_the_connection(
     for _ in range(3):
         await collect(adapter.chat_stream(chat()))
     assert len({r.client for r in engine.requests}) == 1
+
+
+async def test_a_pushed_stream_gives_the_events_a_pulled_one_does(
+    engine: FakeEngine, make_adapter: Make
+) -> None:
+    engine.stream("/v1/chat/completions", pieces(tool_stream(), 3))
+    engine.stream("/api/chat", pieces(ollama_chat_lines(), 3), "application/x-ndjson")
+    vllm, ollama = make_adapter("vllm"), make_adapter("ollama")
+    for adapter in (vllm, ollama):
+        req = chat(tools=[Tool("f")], reasoning=Reasoning("on"))
+        expected = await pulled(adapter.chat_stream(req))
+        assert isinstance(expected[-1], Done) and len(expected) > 5
+        assert unnamed(await collect(adapter.chat_stream(req))) == unnamed(expected)
+
+
+def unnamed(events: list[StreamEvent]) -> list[StreamEvent]:
+    """Without the call ids an adapter mints (Ollama sends none)."""
+    return [replace(e, id="") if isinstance(e, ToolCallStart) else e for e in events]

@@ -380,3 +380,113 @@ def test_events_and_lines_are_framed_however_the_bytes_arrive(
         assert got == expected
 
     run(scenario())
+
+
+@pytest.mark.parametrize("framing", list(FRAMINGS))
+@pytest.mark.parametrize("piece", [1, 3, 0], ids=["byte-by-byte", "3-bytes", "whole"])
+@pytest.mark.parametrize("hand_back", [False, True], ids=["pushed-to-the-end", "handed-back"])
+def test_pushed_pieces_are_the_pulled_ones(
+    run: Run, framing: str, piece: int, hand_back: bool
+) -> None:
+    """The first piece pulled, the rest pushed from the connection's callback; a handler that
+    wants no more after its first batch leaves the rest to the pull, nothing lost or repeated."""
+    body, expected = FRAMINGS[framing]
+    piece = piece or len(body)
+
+    async def pieces(head: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for at in range(0, len(body), piece):
+            part = body[at : at + piece]
+            writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+            await writer.drain()
+            await asyncio.sleep(0.001)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def scenario() -> None:
+        async with serving(pieces) as raw:
+            up = upstream(f"http://127.0.0.1:{raw.port}")
+            got: list[bytes] = []
+            batches = 0
+
+            def handle(batch: list[bytes]) -> bool:
+                nonlocal batches
+                assert batch, "a batch holds at least one event or line"
+                batches += 1
+                got.extend(batch)
+                return not hand_back
+
+            async with up.stream("/x", {}, "m") as s:
+                read = s.next_sse_events if framing == "sse" else s.next_json_lines
+                push = s.push_sse_events if framing == "sse" else s.push_json_lines
+                first = await read()
+                assert first
+                got += first
+                while True:
+                    await push(handle)
+                    if (batch := await read()) is None:
+                        break
+                    got += batch
+                await s.finish()
+            await up.aclose()
+        assert got == expected
+        if piece < len(body):  # sent in pieces: some were pushed
+            assert batches >= 1
+        assert raw.connections == 1
+
+    run(scenario())
+
+
+def test_a_pushed_stream_that_goes_silent_or_breaks_off_fails_when_pulled(run: Run) -> None:
+    async def silent_then_cut(head: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for _ in range(6):  # a sign of life every 50 ms: within the idle timeout
+            writer.write(b"9\r\ndata: 1\n\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        if b"/silent" in head:
+            await asyncio.sleep(5)
+        writer.close()  # the body cut short
+
+    async def scenario() -> None:
+        async with serving(silent_then_cut) as raw:
+            up = upstream(f"http://127.0.0.1:{raw.port}", idle=0.2)
+            for path, error, wording in [
+                ("/silent", UpstreamTimeout, "went silent for 0.2 s"),
+                ("/cut", UpstreamUnavailable, "dropped"),
+            ]:
+                got: list[bytes] = []
+                async with up.stream(path, {}, "m") as s:
+                    got += await s.next_sse_events() or []
+                    await s.push_sse_events(lambda batch: got.extend(batch) is None)
+                    with pytest.raises(error, match=wording):
+                        await s.next_sse_events()
+                assert got == [b"1"] * 6
+            await up.aclose()
+
+    run(scenario())
+
+
+def test_what_a_push_handler_raises_is_raised_by_the_push(run: Run) -> None:
+    async def events(head: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"9\r\ndata: 1\n\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.02)
+        writer.write(b"9\r\ndata: 2\n\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)
+
+    def refuse(batch: list[bytes]) -> bool:
+        raise UpstreamUnavailable(f"cannot take {batch}", "b")
+
+    async def scenario() -> None:
+        async with serving(events) as raw:
+            up = upstream(f"http://127.0.0.1:{raw.port}")
+            async with up.stream("/x", {}, "m") as s:
+                assert await s.next_sse_events() == [b"1"]
+                with pytest.raises(UpstreamUnavailable, match=r"cannot take \[b'2'\]"):
+                    await s.push_sse_events(refuse)
+            await up.aclose()
+
+    run(scenario())

@@ -12,13 +12,14 @@ connection and turns the answers back into canonical results or events. It raise
 - `UpstreamRejected`     any other 4xx, with the engine's own message and status.
 
 Streams end with exactly one `Done(usage)`; failures are raised, never yielded, so the caller
-knows whether anything reached its client. Closing the iterator early (`aclose()`) closes the
-upstream connection at once, which is how an engine learns that the client went away.
+knows whether anything reached its client. A stream pushes its events to a sink sent in with
+`asend` (`canonical.Events`) until that sink wants no more or its engine's stream ends or
+fails. Closing the iterator early (`aclose()`) closes the upstream connection at once, which is
+how an engine learns that the client went away.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,9 +29,9 @@ from mindrouter.canonical import (
     CompletionRequest,
     EmbeddingRequest,
     EmbeddingResult,
+    Events,
     RelevanceRequest,
     RelevanceResult,
-    StreamEvent,
 )
 from mindrouter.routing.backend_config import Engine
 
@@ -52,11 +53,11 @@ class EngineAdapter(Protocol):
 
     async def chat(self, req: ChatRequest) -> ChatResult: ...
 
-    def chat_stream(self, req: ChatRequest) -> AsyncGenerator[StreamEvent, None]: ...
+    def chat_stream(self, req: ChatRequest) -> Events: ...
 
     async def complete(self, req: CompletionRequest) -> ChatResult: ...
 
-    def complete_stream(self, req: CompletionRequest) -> AsyncGenerator[StreamEvent, None]: ...
+    def complete_stream(self, req: CompletionRequest) -> Events: ...
 
     async def embed(self, req: EmbeddingRequest) -> EmbeddingResult: ...
 

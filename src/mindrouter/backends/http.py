@@ -17,7 +17,7 @@ Timeouts (`base.Timeouts`):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -31,7 +31,7 @@ from mindrouter.backends.failures import (
     invalid_json,
 )
 from mindrouter.backends.http_client import ConnectionPool, EngineConnection, MalformedResponse
-from mindrouter.canonical import StreamEvent
+from mindrouter.canonical import Events, EventSink, StreamEvent
 from mindrouter.errors import UpstreamTimeout
 
 # A single stream line can be large (a whole Ollama tool call, a final line with metrics).
@@ -39,9 +39,6 @@ MAX_LINE = 16 * 1024 * 1024
 # How long to wait for the end of a body after the stream's end marker before giving up on
 # reusing the connection.
 DRAIN_SECONDS = 0.1
-# What the adapters' stream methods return: a generator, not just an iterator, because callers
-# `aclose()` it when their client goes away.
-StreamEvents = AsyncGenerator[StreamEvent, None]
 # Timeouts are frozen, so one shared default instance serves every adapter.
 DEFAULT_TIMEOUTS = Timeouts()
 
@@ -95,6 +92,60 @@ class Upstream:
     def stream(self, path: str, body: Mapping[str, Any], model: str) -> UpstreamStream:
         """`async with upstream.stream(...) as s:` then read lines or events from `s`."""
         return UpstreamStream(self, path, body, model)
+
+    async def decoded(
+        self,
+        path: str,
+        body: Mapping[str, Any],
+        model: str,
+        *,
+        lines: bool,
+        feed: Callable[[bytes], bool],
+        out: list[StreamEvent],
+    ) -> Events:
+        """The events of one engine stream: each server-sent event's data (NDJSON line, with
+        `lines`) is given to `feed`, which puts the events it decodes in `out` and answers
+        False at the stream's last piece. Pulled or pushed (`canonical.Events`): a sink sent
+        in is handed the events from the next read of the engine on."""
+        ended = False
+        sink: EventSink | None = None
+
+        def push(pieces: list[bytes]) -> bool:
+            nonlocal ended
+            assert sink is not None
+            more = True
+            for piece in pieces:
+                ended = not feed(piece)
+                if out:
+                    more = sink(out) and more
+                    out.clear()
+                if ended:
+                    return False
+            return more
+
+        async with self.stream(path, body, model) as stream:
+            pull, pushed = (
+                (stream.next_json_lines, stream.push_json_lines)
+                if lines
+                else (stream.next_sse_events, stream.push_sse_events)
+            )
+            while not ended:
+                if sink is not None:
+                    # Pushed until the sink wants no more, or the end: then pulled again.
+                    await pushed(push)
+                    sink = None
+                    continue
+                pieces = await pull()
+                if pieces is None:
+                    break
+                for piece in pieces:
+                    ended = not feed(piece)
+                    for event in out:
+                        sink = yield event
+                    out.clear()
+                    if ended:
+                        break
+            await stream.finish()
 
     async def aclose(self) -> None:
         self.pool.close()
@@ -280,6 +331,58 @@ class UpstreamStream:
         pieces, _ = take()
         self._buf = b""
         return pieces or None
+
+    async def push_sse_events(self, handle: Callable[[list[bytes]], bool]) -> None:
+        """Hands the data of every whole server-sent event to `handle` as the bytes arrive,
+        inside the connection's callback, with no task woken per read; returns once `handle`
+        answers False (after taking the batch it was given), or the body ends or fails, and
+        then the pulling methods go on from there (they report the end or the failure).
+        An exception `handle` raises is raised here."""
+        await self._push(self._sse_events, handle)
+
+    async def push_json_lines(self, handle: Callable[[list[bytes]], bool]) -> None:
+        """`push_sse_events` for NDJSON lines."""
+        await self._push(self._json_lines, handle)
+
+    async def _push(
+        self, take: Callable[[], tuple[list[bytes], int]], handle: Callable[[list[bytes]], bool]
+    ) -> None:
+        conn, loop = self._conn, self._loop
+        assert conn is not None and loop is not None
+        over: asyncio.Future[None] = loop.create_future()
+
+        def received() -> None:
+            if over.done():
+                return
+            try:
+                if data := conn.take():
+                    self._buf = self._buf + data if self._buf else data
+                    pieces, units = take()
+                    if units:
+                        self._since = loop.time()
+                    if pieces and not handle(pieces):
+                        over.set_result(None)
+                        return
+                    if len(self._buf) > MAX_LINE:
+                        raise MalformedResponse(f"a line longer than {MAX_LINE} bytes")
+                if conn.complete or conn.error is not None:
+                    over.set_result(None)
+            except BaseException as exc:  # raised in the task that pushes
+                over.set_exception(exc)
+
+        self._since = loop.time()
+        self._reading = True
+        conn.listener = received
+        try:
+            pieces, _ = take()  # what is already here first
+            if not pieces or handle(pieces):
+                received()
+                await over
+        except MalformedResponse as exc:
+            raise error_from_exception(exc, self._up.backend, "reading the stream") from exc
+        finally:
+            conn.listener = None
+            self._reading = False
 
     def _sse_events(self) -> tuple[list[bytes], int]:
         rest = self._buf

@@ -21,6 +21,7 @@ import socket
 import ssl
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -61,6 +62,9 @@ class EngineConnection(asyncio.Protocol):
         self.status = 0
         self.closed = False
         self.idle_since = 0.0
+        # Called after every read of the socket and at the response's end or failure, in the
+        # loop's callback: a stream relayed without a task waiting (`UpstreamStream.push`).
+        self.listener: Callable[[], None] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -173,17 +177,23 @@ class EngineConnection(asyncio.Protocol):
             await self._wait()
         return self.status
 
+    def take(self) -> bytes:
+        """The body bytes that arrived since the last read, without waiting (b"" when none)."""
+        pieces = self._pieces
+        if not pieces:
+            return b""
+        data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        self._pieces = []
+        self._buffered = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        return data
+
     async def read(self) -> bytes:
         """The body bytes that arrived since the last read, waiting for some; b"" at the end."""
         while True:
-            pieces = self._pieces
-            if pieces:
-                data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-                self._pieces = []
-                self._buffered = 0
-                if self._paused and self.transport is not None:
-                    self._paused = False
-                    self.transport.resume_reading()
+            if data := self.take():
                 return data
             if self.error is not None:
                 raise self.error
@@ -208,6 +218,8 @@ class EngineConnection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if self.listener is not None:
+            self.listener()
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from contextlib import aclosing
 
 from mindrouter.backends.base import Timeouts
-from mindrouter.backends.http import DEFAULT_TIMEOUTS, StreamEvents, Upstream, load_stream_json
+from mindrouter.backends.http import DEFAULT_TIMEOUTS, Upstream, load_stream_json
 from mindrouter.backends.ollama_results import OllamaDecoder, add_usage, decode_embed
 from mindrouter.backends.ollama_wire import Json, encode_chat, encode_embed, encode_generate
 from mindrouter.canonical import (
@@ -29,6 +29,8 @@ from mindrouter.canonical import (
     Done,
     EmbeddingRequest,
     EmbeddingResult,
+    Events,
+    EventSink,
     RelevanceRequest,
     RelevanceResult,
     StreamEvent,
@@ -78,12 +80,18 @@ class OllamaAdapter:
         usage = decoder.usage(lambda: estimate_chat_input(req))
         return assemble(req.model, [*decoder.out, Done(usage)])
 
-    async def chat_stream(self, req: ChatRequest) -> StreamEvents:
+    async def chat_stream(self, req: ChatRequest) -> Events:
         body = encode_chat(req, stream=True, num_ctx=self.context_lengths.get(req.model))
         decoder = self._chat_decoder(req)
         async with aclosing(self._read("/api/chat", body, req.model, decoder)) as events:
-            async for event in events:
-                yield event
+            sink: EventSink | None = None
+            while True:
+                try:
+                    event = await events.asend(sink)
+                except StopAsyncIteration:
+                    break
+                sink = yield event
+        self._check_done(decoder)
         yield Done(decoder.usage(lambda: estimate_chat_input(req)))
 
     async def complete(self, req: CompletionRequest) -> ChatResult:
@@ -104,7 +112,7 @@ class OllamaAdapter:
         events.append(Done(usage))
         return assemble(req.model, events)
 
-    async def complete_stream(self, req: CompletionRequest) -> StreamEvents:
+    async def complete_stream(self, req: CompletionRequest) -> Events:
         usage = Usage()
         num_ctx = self.context_lengths.get(req.model)
         for i, prompt in enumerate(req.prompt):
@@ -113,30 +121,28 @@ class OllamaAdapter:
             if req.echo:
                 yield TextDelta(prompt, i)
             async with aclosing(self._read("/api/generate", body, req.model, decoder)) as events:
-                async for event in events:
-                    yield event
+                sink: EventSink | None = None  # a generator just started takes only None
+                while True:
+                    try:
+                        event = await events.asend(sink)
+                    except StopAsyncIteration:
+                        break
+                    sink = yield event
+            self._check_done(decoder)
             usage = add_usage(usage, decoder.usage(_counter(prompt)))
         yield Done(usage)
 
-    async def _read(
-        self, path: str, body: Json, model: str, decoder: OllamaDecoder
-    ) -> StreamEvents:
-        """The events of one NDJSON stream, up to the decoder's last line. The callers close
-        this generator with theirs (`aclosing`), so that a client leaving closes the upstream
-        connection at once and the engine stops generating."""
-        out = decoder.out
-        async with self.http.stream(path, body, model) as stream:
-            last = False
-            while not last and (lines := await stream.next_json_lines()) is not None:
-                for line in lines:
-                    last = decoder.feed(load_stream_json(line, self.name))
-                    for event in out:
-                        yield event
-                    out.clear()
-                    if last:
-                        break
-            await stream.finish()
-        self._check_done(decoder)
+    def _read(self, path: str, body: Json, model: str, decoder: OllamaDecoder) -> Events:
+        """The events of one NDJSON stream, up to the decoder's last line (the caller checks
+        that it came: `_check_done`). The callers close this generator with theirs
+        (`aclosing`), so that a client leaving closes the upstream connection at once and the
+        engine stops generating."""
+        name = self.name
+
+        def feed(line: bytes) -> bool:
+            return not decoder.feed(load_stream_json(line, name))
+
+        return self.http.decoded(path, body, model, lines=True, feed=feed, out=decoder.out)
 
     def _check_done(self, decoder: OllamaDecoder) -> None:
         if not decoder.done:

@@ -4,11 +4,12 @@ OpenAI-compatible server). Subclasses choose the `Flavor`, the URL layout and to
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import aclosing
 from typing import Any, ClassVar
 
 from mindrouter.backends.base import Timeouts
 from mindrouter.backends.failures import no_choices
-from mindrouter.backends.http import DEFAULT_TIMEOUTS, StreamEvents, Upstream, load_stream_json
+from mindrouter.backends.http import DEFAULT_TIMEOUTS, Upstream, load_stream_json
 from mindrouter.backends.openai_results import decode_embeddings, decode_result
 from mindrouter.backends.openai_stream import ChatStreamDecoder
 from mindrouter.backends.openai_wire import (
@@ -30,6 +31,8 @@ from mindrouter.canonical import (
     Done,
     EmbeddingRequest,
     EmbeddingResult,
+    Events,
+    EventSink,
     RelevanceRequest,
     RelevanceResult,
 )
@@ -93,7 +96,7 @@ class OpenAICompatAdapter:
             keep_reasoning=req.reasoning.return_reasoning,
         )
 
-    def chat_stream(self, req: ChatRequest) -> StreamEvents:
+    def chat_stream(self, req: ChatRequest) -> Events:
         body = encode_chat(req, self.flavor, stream=True)
         decoder = ChatStreamDecoder(self.name, keep_reasoning=req.reasoning.return_reasoning)
         return self._stream(
@@ -109,7 +112,7 @@ class OpenAICompatAdapter:
             data, req.model, lambda: estimate_completion_input(req), completion=True
         )
 
-    def complete_stream(self, req: CompletionRequest) -> StreamEvents:
+    def complete_stream(self, req: CompletionRequest) -> Events:
         body = encode_completion(req, self.flavor, stream=True)
         decoder = ChatStreamDecoder(self.name)
         return self._stream(
@@ -123,25 +126,32 @@ class OpenAICompatAdapter:
         model: str,
         decoder: ChatStreamDecoder,
         estimate_input: Callable[[], int],
-    ) -> StreamEvents:
-        out = decoder.out
+    ) -> Events:
         saw_done = False
-        async with self.http.stream(self.api + path, body, model) as stream:
-            while not saw_done and (batch := await stream.next_sse_events()) is not None:
-                for data in batch:
-                    if data == _DONE:
-                        saw_done = True
-                        break
-                    decoder.feed(load_stream_json(data, self.name))
-                    if out:
-                        for event in out:
-                            yield event
-                        out.clear()
-            await stream.finish()
+
+        def feed(data: bytes) -> bool:
+            nonlocal saw_done
+            if data == _DONE:
+                saw_done = True
+                return False
+            decoder.feed(load_stream_json(data, self.name))
+            return True
+
+        decoded = self.http.decoded(
+            self.api + path, body, model, lines=False, feed=feed, out=decoder.out
+        )
+        async with aclosing(decoded) as events:
+            sink: EventSink | None = None
+            while True:
+                try:
+                    event = await events.asend(sink)
+                except StopAsyncIteration:
+                    break
+                sink = yield event
         usage = decoder.close(saw_end_marker=saw_done, estimate_input=estimate_input)
-        for event in out:
+        for event in decoder.out:
             yield event
-        out.clear()
+        decoder.out.clear()
         yield Done(usage)
 
     async def embed(self, req: EmbeddingRequest) -> EmbeddingResult:

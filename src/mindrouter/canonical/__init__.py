@@ -17,6 +17,8 @@ from mindrouter.canonical.content import (
 )
 from mindrouter.canonical.events import (
     Done,
+    Events,
+    EventSink,
     Finish,
     ReasoningDelta,
     ReasoningSignature,
@@ -66,6 +68,8 @@ __all__ = [
     "Effort",
     "EmbeddingRequest",
     "EmbeddingResult",
+    "EventSink",
+    "Events",
     "Finish",
     "FinishReason",
     "GenerationRequest",

@@ -3,10 +3,20 @@
 A stream is any number of deltas, a `Finish` per choice, then exactly one terminal event:
 `Done` (with the usage) or `StreamFailed`. Tool calls are bracketed by `ToolCallStart` and
 `ToolCallEnd`, with their argument JSON arriving as fragments in between; boundaries fall anywhere.
+
+A stream is an async generator of events (`Events`) that can also push them. Pulled (`anext`,
+`async for`, `asend(None)`), it yields every event. A consumer that instead sends an `EventSink`
+in (`asend(sink)`) has the events that follow handed to the sink as they are decoded, in batches,
+inside the engine connection's callback, with no task woken per chunk; the next event the
+generator yields is the first one the sink was not given: the terminal event, or one after the
+sink answered False (it takes every batch it is given and answers whether it wants more). The
+sink may not keep the list it is passed. A generator that cannot push ignores the sink and
+yields every event, so a consumer handles what is yielded either way.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from mindrouter.canonical.response import FinishReason, Usage
@@ -80,3 +90,6 @@ StreamEvent = (
     | Done
     | StreamFailed
 )
+
+EventSink = Callable[[list[StreamEvent]], bool]
+Events = AsyncGenerator[StreamEvent, EventSink | None]

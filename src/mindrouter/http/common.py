@@ -5,7 +5,7 @@ stream responses. How a route takes a request (context, caller, body) is `http/e
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 import orjson
@@ -14,7 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from mindrouter.canonical import Done, StreamEvent, StreamFailed
+from mindrouter.canonical import Done, Events, EventSink, StreamEvent, StreamFailed
+from mindrouter.http.connections import direct_writer
 from mindrouter.http.disconnect import SERVER_SEND
 from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
 
@@ -112,12 +113,17 @@ class EventStream(Response):
     (the pipeline's clean-up runs there: the engine's stream closed, the tokens charged). The
     chunks between the response's start and its end go to the server's `send` directly
     (`SERVER_SEND`), past the middleware layers, which only look at a start or an end.
+
+    Once the first event is out, the events are pushed (`canonical.Events`) to a sink that
+    encodes them and writes them to the client's socket in the engine connection's callback
+    (`direct_writer`); what the generator still yields (the ending, the event after the client
+    fell behind, when the server's `send` waits for its socket to drain) goes the way above.
     """
 
     def __init__(
         self,
         encoder: StreamEncoder,
-        events: AsyncGenerator[StreamEvent, None],
+        events: Events,
         headers: dict[str, str],
         before_end: EndHook | None,
     ) -> None:
@@ -130,7 +136,7 @@ class EventStream(Response):
         self.init_headers(headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        encoder, before_end = self._encoder, self._before_end
+        encoder, before_end, events = self._encoder, self._before_end, self._events
         # The start and the end go through every layer; the chunks between, straight out.
         chunk_send: Send = scope.get(SERVER_SEND, send)
         # The stream's opening (a role chunk, a `message_start`) and its first event are ready
@@ -140,7 +146,14 @@ class EventStream(Response):
         ending = b""
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            async for event in self._events:
+            write = direct_writer(scope)
+            push = None if write is None else _pusher(encoder, write)
+            sink: EventSink | None = None  # the push, once the head is out
+            while True:
+                try:
+                    event = await events.asend(sink)
+                except StopAsyncIteration:
+                    break
                 out = encoder.encode(event)
                 if head:
                     out, head = head + out, b""
@@ -152,14 +165,28 @@ class EventStream(Response):
                     ending = out  # the last event: the stream ends after it
                 elif out:
                     await chunk_send({"type": "http.response.body", "body": out, "more_body": True})
+                if not head:
+                    sink = push
         finally:
-            await self._events.aclose()
+            await events.aclose()
         await send({"type": "http.response.body", "body": head + ending, "more_body": False})
+
+
+def _pusher(encoder: StreamEncoder, write: Callable[[bytes], bool]) -> EventSink:
+    """Encodes the events of a batch and writes them to the client in one chunk; wants more
+    while the client takes them at once."""
+    encode = encoder.encode
+
+    def push(batch: list[StreamEvent]) -> bool:
+        out = encode(batch[0]) if len(batch) == 1 else b"".join([encode(e) for e in batch])
+        return write(out) if out else True
+
+    return push
 
 
 def stream_response(
     encoder: StreamEncoder,
-    events: AsyncGenerator[StreamEvent, None],
+    events: Events,
     ctx: RequestContext,
     extra_headers: dict[str, str] | None = None,
     *,

@@ -1,5 +1,6 @@
 """Connection-level defences the ASGI server lacks: a deadline for the request head, a size cap
-on it, and a cap on the connections one client address may hold open.
+on it, and a cap on the connections one client address may hold open; and a way to write a
+stream's chunks to the client from a callback (`direct_writer`).
 
 uvicorn closes idle keep-alive connections, but a connection that trickles its request line and
 headers one byte at a time (slow-loris), or never sends anything at all, is kept forever, and
@@ -12,11 +13,14 @@ application's reads are visible.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+# The server's response cycle of a request, in the request's scope (`direct_writer`).
+RESPONSE_CYCLE = "mindrouter.response_cycle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,9 @@ class _GuardedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._end_head()
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # not an upgrade
+            self.scope[RESPONSE_CYCLE] = cycle  # type: ignore[literal-required]
 
     def _start_head(self) -> None:
         if self._in_head:
@@ -128,3 +135,32 @@ class _GuardedProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.write(response)
             self.transport.close()
+
+
+def direct_writer(scope: Mapping[str, Any]) -> Callable[[bytes], bool] | None:
+    """Writes body chunks of the response under way straight to the client's socket, as the
+    server's own `send` would (one HTTP/1.1 chunk per call), but as a plain function that a
+    callback can call: `send` is a coroutine. It answers whether the client still takes more
+    at once: False once the socket's buffer is above its high-water mark (the server's `send`
+    then waits for it to drain) or the client has gone (nothing more is written).
+
+    None when the request was not served by this module's protocol, or its response is not a
+    started chunked one; chunks then go through `send`.
+    """
+    cycle: RequestResponseCycle | None = scope.get(RESPONSE_CYCLE)
+    if (
+        cycle is None
+        or not cycle.response_started
+        or cycle.response_complete
+        or cycle.chunked_encoding is not True
+    ):
+        return None
+    transport, flow = cycle.transport, cycle.flow
+
+    def write(body: bytes) -> bool:
+        if cycle.disconnected:
+            return False
+        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return not flow.write_paused
+
+    return write

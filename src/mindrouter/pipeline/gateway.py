@@ -27,7 +27,6 @@ from mindrouter.pipeline.context import RequestContext
 from mindrouter.pipeline.dispatch import Dispatcher
 from mindrouter.pipeline.flight import Flight, open_flight
 from mindrouter.pipeline.model_access import resolve_allowed, visible_models
-from mindrouter.pipeline.relay import Events
 from mindrouter.pipeline.services import Services
 from mindrouter.pipeline.views import RoutingViews
 from mindrouter.routing.catalog import ModelSpec, check_modality
@@ -103,7 +102,7 @@ class Gateway:
 
     # -- streams -------------------------------------------------------------------------------
 
-    async def open_stream(self, ctx: RequestContext, req: G) -> Events:
+    async def open_stream(self, ctx: RequestContext, req: G) -> canonical.Events:
         """A streamed answer, run up to its first event: what ended the request before that is
         raised here, while the client can still be answered with a status."""
         spec = await self.resolve(ctx, req)
@@ -145,7 +144,7 @@ class Gateway:
         return await adapter.score(req)
 
 
-def _engine_stream(adapter: EngineAdapter, req: canonical.GenerationRequest) -> Events:
+def _engine_stream(adapter: EngineAdapter, req: canonical.GenerationRequest) -> canonical.Events:
     """What the engine streams for a chat or a completion request."""
     if isinstance(req, canonical.ChatRequest):
         return adapter.chat_stream(req)

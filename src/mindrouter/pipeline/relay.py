@@ -8,11 +8,16 @@ status; a non-streamed answer is the same stream collected whole within the atte
 left, the engine broke off) is charged what was generated: each event is tallied on the flight.
 A stream's flight scope runs from the dispatch to the end of the relay (`stream`); the dialect
 encodes each event for the client as it comes (`http/`, `dialects/`).
+
+Past the first event, both have the engine's events pushed to them (`canonical.Events`): decoded,
+tallied and (for a stream) encoded and written to the client inside the engine connection's
+callback, with no task woken per chunk. The task takes over for what needs waiting: the end,
+a failure, a client that reads more slowly than the engine writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from mindrouter.backends.base import EngineAdapter
@@ -20,6 +25,8 @@ from mindrouter.canonical import (
     ChatAssembler,
     ChatResult,
     Done,
+    Events,
+    EventSink,
     GenerationRequest,
     StreamEvent,
     StreamFailed,
@@ -39,7 +46,6 @@ from mindrouter.pipeline.services import Services
 from mindrouter.routing.catalog import ModelSpec
 
 G = TypeVar("G", bound=GenerationRequest)
-Events = AsyncGenerator[StreamEvent, None]
 Opener = Callable[[EngineAdapter, G], Events]
 FirstOf = Callable[[EngineAdapter, G], Awaitable[tuple[StreamEvent, Events]]]
 
@@ -89,13 +95,21 @@ def collector(
 
     async def collect(adapter: EngineAdapter, r: G) -> ChatResult:
         assembler = ChatAssembler(model)
+        see, feed = flight.see, assembler.feed
+
+        def take(batch: list[StreamEvent]) -> bool:
+            for event in batch:
+                see(event)
+                feed(event)
+            return True
+
         event, events = await attempt(adapter, r)
         try:
             while True:
-                flight.see(event)
-                assembler.feed(event)
+                see(event)
+                feed(event)
                 try:
-                    event = await anext(events)
+                    event = await events.asend(take)
                 except StopAsyncIteration:
                     break
         finally:
@@ -106,6 +120,21 @@ def collector(
         return assembler.result()
 
     return collect
+
+
+def _tallied(s: Services, flight: Flight, sink: EventSink | None) -> EventSink | None:
+    """`sink` behind the flight's tally; it wants no more once the gateway's grace period for
+    open streams is over (the relay then ends the stream)."""
+    if sink is None:
+        return None
+    see, draining = flight.see, s.draining
+
+    def push(batch: list[StreamEvent]) -> bool:
+        for event in batch:
+            see(event)
+        return sink(batch) and not draining()
+
+    return push
 
 
 async def stream(
@@ -125,6 +154,8 @@ async def stream(
     last: StreamEvent | None = None
     async with open_flight(s, ctx, req, spec) as flight:
         event, events = await dispatch.run(flight, req, first_of(s, flight, opener))
+        client_sink: EventSink | None = None  # the client's, as last sent in
+        push: EventSink | None = None  # the same, behind the flight's tally
         try:
             yield event
             while True:
@@ -134,14 +165,16 @@ async def stream(
                     _observe_speed(s, flight)
                     last = event
                 else:
-                    yield event
+                    sink = yield event
                     if s.draining():
                         raise Overloaded(
                             "the gateway is shutting down and its grace period for open "
                             "streams is over; retry the request"
                         )
+                    if sink is not client_sink:
+                        client_sink, push = sink, _tallied(s, flight, sink)
                 try:
-                    event = await anext(events)
+                    event = await events.asend(push)
                 except StopAsyncIteration:
                     break
         except MindRouterError as exc:
