@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mindrouter.canonical import (
@@ -26,9 +26,10 @@ from mindrouter.canonical import (
     CompletionRequest,
     EmbeddingRequest,
     EmbeddingResult,
+    Events,
+    EventSink,
     RelevanceRequest,
     RelevanceResult,
-    StreamEvent,
 )
 from mindrouter.canonical.events import Done, Finish, TextDelta
 from mindrouter.canonical.response import Usage
@@ -110,15 +111,13 @@ class FakeEngine:
 
     # -- the adapter port ----------------------------------------------------------------------
 
-    def chat_stream(self, req: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    def chat_stream(self, req: ChatRequest) -> Events:
         return self._generate(req)
 
-    def complete_stream(self, req: CompletionRequest) -> AsyncGenerator[StreamEvent, None]:
+    def complete_stream(self, req: CompletionRequest) -> Events:
         return self._generate(req)
 
-    async def _generate(
-        self, req: ChatRequest | CompletionRequest
-    ) -> AsyncGenerator[StreamEvent, None]:
+    async def _generate(self, req: ChatRequest | CompletionRequest) -> Events:
         running = sum(1 for c in self.calls if c.outcome == "running")
         call = EngineCall(req, alongside=running)
         self.calls.append(call)
@@ -130,6 +129,9 @@ class FakeEngine:
             if error is not None:
                 call.outcome = "failed"
                 raise error
+            # A sink sent in (`canonical.Events`) is handed the events that follow, one read of
+            # the engine each, until it wants no more: as an adapter pushes them.
+            sink: EventSink | None = None
             for i in range(self.tokens):
                 if i == self.hold_at:
                     await self._released.wait()
@@ -138,7 +140,13 @@ class FakeEngine:
                     raise UpstreamUnavailable(
                         f"{self.name}: connection dropped while streaming", self.name
                     )
-                yield TextDelta(f"w{i} ")
+                event = TextDelta(f"w{i} ")
+                if sink is None:
+                    sink = yield event
+                else:
+                    await asyncio.sleep(0)  # the next read of the engine's socket
+                    if not sink([event]):
+                        sink = None
                 call.sent += 1
                 self._note()
             yield Finish("stop")
