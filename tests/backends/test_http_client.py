@@ -347,92 +347,64 @@ FRAMINGS = {
 }
 
 
-@pytest.mark.parametrize("framing", list(FRAMINGS))
-@pytest.mark.parametrize("piece", [1, 3, 0], ids=["byte-by-byte", "3-bytes", "whole"])
-def test_events_and_lines_are_framed_however_the_bytes_arrive(
-    run: Run, framing: str, piece: int
-) -> None:
-    body, expected = FRAMINGS[framing]
-    piece = piece or len(body)
+def in_pieces(body: bytes, piece: int, pause: float) -> Answer:
+    """A chunked response of `body`, `piece` bytes a write, with `pause` seconds between."""
 
-    async def pieces(head: bytes, writer: asyncio.StreamWriter) -> None:
+    async def answer(head: bytes, writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
         for at in range(0, len(body), piece):
             part = body[at : at + piece]
             writer.write(b"%x\r\n%s\r\n" % (len(part), part))
             await writer.drain()
             if piece < len(body):
-                await asyncio.sleep(0)
+                await asyncio.sleep(pause)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
-    async def scenario() -> None:
-        async with serving(pieces) as raw:
-            up = upstream(f"http://127.0.0.1:{raw.port}")
-            got: list[bytes] = []
-            async with up.stream("/x", {}, "m") as s:
-                read = s.next_sse_events if framing == "sse" else s.next_json_lines
-                while (batch := await read()) is not None:
-                    assert batch, "a batch holds at least one event or line"
-                    got += batch
-                await s.finish()
-            await up.aclose()
-        assert got == expected
-
-    run(scenario())
+    return answer
 
 
 @pytest.mark.parametrize("framing", list(FRAMINGS))
 @pytest.mark.parametrize("piece", [1, 3, 0], ids=["byte-by-byte", "3-bytes", "whole"])
-@pytest.mark.parametrize("hand_back", [False, True], ids=["pushed-to-the-end", "handed-back"])
-def test_pushed_pieces_are_the_pulled_ones(
-    run: Run, framing: str, piece: int, hand_back: bool
+@pytest.mark.parametrize("mode", ["pulled", "pushed", "handed-back"])
+def test_events_and_lines_are_framed_however_the_bytes_arrive(
+    run: Run, framing: str, piece: int, mode: str
 ) -> None:
-    """The first piece pulled, the rest pushed from the connection's callback; a handler that
-    wants no more after its first batch leaves the rest to the pull, nothing lost or repeated."""
+    """Pulled, or the first batch pulled and the rest pushed from the connection's callback
+    (`handed-back`: a handler that wants no more after each batch leaves the next to the
+    pull): the same pieces, none lost or repeated."""
     body, expected = FRAMINGS[framing]
     piece = piece or len(body)
+    pushed: list[list[bytes]] = []
+    batches = 0
 
-    async def pieces(head: bytes, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-        for at in range(0, len(body), piece):
-            part = body[at : at + piece]
-            writer.write(b"%x\r\n%s\r\n" % (len(part), part))
-            await writer.drain()
-            await asyncio.sleep(0.001)
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
+    def handle(batch: list[bytes]) -> bool:
+        nonlocal batches
+        batches += 1
+        pushed.append(batch)
+        return mode == "pushed"
 
     async def scenario() -> None:
-        async with serving(pieces) as raw:
+        async with serving(in_pieces(body, piece, 0.001)) as raw:
             up = upstream(f"http://127.0.0.1:{raw.port}")
             got: list[bytes] = []
-            batches = 0
-
-            def handle(batch: list[bytes]) -> bool:
-                nonlocal batches
-                assert batch, "a batch holds at least one event or line"
-                batches += 1
-                got.extend(batch)
-                return not hand_back
-
             async with up.stream("/x", {}, "m") as s:
                 read = s.next_sse_events if framing == "sse" else s.next_json_lines
                 push = s.push_sse_events if framing == "sse" else s.push_json_lines
-                first = await read()
-                assert first
-                got += first
-                while True:
-                    await push(handle)
-                    if (batch := await read()) is None:
-                        break
+                while (batch := await read()) is not None:
+                    assert batch, "a batch holds at least one event or line"
                     got += batch
+                    if mode != "pulled":
+                        pushed.clear()
+                        await push(handle)
+                        assert all(pushed), "a batch holds at least one event or line"
+                        got += [p for b in pushed for p in b]
                 await s.finish()
             await up.aclose()
         assert got == expected
-        if piece < len(body):  # sent in pieces: some were pushed
-            assert batches >= 1
         assert raw.connections == 1
+        if mode != "pulled" and piece < len(body):
+            assert batches, "nothing was pushed"
 
     run(scenario())
 

@@ -102,11 +102,14 @@ class Upstream:
         lines: bool,
         feed: Callable[[bytes], bool],
         out: list[StreamEvent],
+        ending: Callable[[], list[StreamEvent]],
     ) -> Events:
         """The events of one engine stream: each server-sent event's data (NDJSON line, with
         `lines`) is given to `feed`, which puts the events it decodes in `out` and answers
-        False at the stream's last piece. Pulled or pushed (`canonical.Events`): a sink sent
-        in is handed the events from the next read of the engine on."""
+        False at the stream's last piece; once the body is read, what `ending` answers (the
+        closing events, or it raises when the stream ended too early). Pulled or pushed
+        (`canonical.Events`): a sink sent in is handed the events from the next read of the
+        engine on, up to the ending."""
         ended = False
         sink: EventSink | None = None
 
@@ -146,6 +149,8 @@ class Upstream:
                     if ended:
                         break
             await stream.finish()
+        for event in ending():
+            yield event
 
     async def aclose(self) -> None:
         self.pool.close()

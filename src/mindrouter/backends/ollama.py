@@ -80,19 +80,14 @@ class OllamaAdapter:
         usage = decoder.usage(lambda: estimate_chat_input(req))
         return assemble(req.model, [*decoder.out, Done(usage)])
 
-    async def chat_stream(self, req: ChatRequest) -> Events:
+    def chat_stream(self, req: ChatRequest) -> Events:
         body = encode_chat(req, stream=True, num_ctx=self.context_lengths.get(req.model))
         decoder = self._chat_decoder(req)
-        async with aclosing(self._read("/api/chat", body, req.model, decoder)) as events:
-            sink: EventSink | None = None
-            while True:
-                try:
-                    event = await events.asend(sink)
-                except StopAsyncIteration:
-                    break
-                sink = yield event
-        self._check_done(decoder)
-        yield Done(decoder.usage(lambda: estimate_chat_input(req)))
+
+        def ending() -> list[StreamEvent]:
+            return [Done(decoder.usage(lambda: estimate_chat_input(req)))]
+
+        return self._read("/api/chat", body, req.model, decoder, ending)
 
     async def complete(self, req: CompletionRequest) -> ChatResult:
         events: list[StreamEvent] = []
@@ -120,7 +115,8 @@ class OllamaAdapter:
             decoder = OllamaDecoder(self.name, choice=i, generate=True)
             if req.echo:
                 yield TextDelta(prompt, i)
-            async with aclosing(self._read("/api/generate", body, req.model, decoder)) as events:
+            read = self._read("/api/generate", body, req.model, decoder, list)
+            async with aclosing(read) as events:
                 sink: EventSink | None = None  # a generator just started takes only None
                 while True:
                     try:
@@ -128,27 +124,35 @@ class OllamaAdapter:
                     except StopAsyncIteration:
                         break
                     sink = yield event
-            self._check_done(decoder)
             usage = add_usage(usage, decoder.usage(_counter(prompt)))
         yield Done(usage)
 
-    def _read(self, path: str, body: Json, model: str, decoder: OllamaDecoder) -> Events:
-        """The events of one NDJSON stream, up to the decoder's last line (the caller checks
-        that it came: `_check_done`). The callers close this generator with theirs
-        (`aclosing`), so that a client leaving closes the upstream connection at once and the
-        engine stops generating."""
+    def _read(
+        self,
+        path: str,
+        body: Json,
+        model: str,
+        decoder: OllamaDecoder,
+        ending: Callable[[], list[StreamEvent]],
+    ) -> Events:
+        """The events of one NDJSON stream, up to the decoder's last line, then `ending`'s; an
+        error when the last line never came. Closing the generator (the callers close it with
+        theirs) closes the upstream connection at once, so the engine stops generating."""
         name = self.name
 
         def feed(line: bytes) -> bool:
             return not decoder.feed(load_stream_json(line, name))
 
-        return self.http.decoded(path, body, model, lines=True, feed=feed, out=decoder.out)
+        def checked() -> list[StreamEvent]:
+            if not decoder.done:
+                raise UpstreamUnavailable(
+                    f"{name}: the stream ended before the answer was finished", name
+                )
+            return ending()
 
-    def _check_done(self, decoder: OllamaDecoder) -> None:
-        if not decoder.done:
-            raise UpstreamUnavailable(
-                f"{self.name}: the stream ended before the answer was finished", self.name
-            )
+        return self.http.decoded(
+            path, body, model, lines=True, feed=feed, out=decoder.out, ending=checked
+        )
 
     async def embed(self, req: EmbeddingRequest) -> EmbeddingResult:
         data = await self.http.post_json("/api/embed", encode_embed(req), req.model)

@@ -4,7 +4,6 @@ OpenAI-compatible server). Subclasses choose the `Flavor`, the URL layout and to
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import aclosing
 from typing import Any, ClassVar
 
 from mindrouter.backends.base import Timeouts
@@ -32,9 +31,9 @@ from mindrouter.canonical import (
     EmbeddingRequest,
     EmbeddingResult,
     Events,
-    EventSink,
     RelevanceRequest,
     RelevanceResult,
+    StreamEvent,
 )
 from mindrouter.errors import UpstreamRejected
 from mindrouter.routing.backend_config import Engine
@@ -119,7 +118,7 @@ class OpenAICompatAdapter:
             "/completions", body, req.model, decoder, lambda: estimate_completion_input(req)
         )
 
-    async def _stream(
+    def _stream(
         self,
         path: str,
         body: dict[str, Any],
@@ -137,22 +136,13 @@ class OpenAICompatAdapter:
             decoder.feed(load_stream_json(data, self.name))
             return True
 
-        decoded = self.http.decoded(
-            self.api + path, body, model, lines=False, feed=feed, out=decoder.out
+        def ending() -> list[StreamEvent]:
+            usage = decoder.close(saw_end_marker=saw_done, estimate_input=estimate_input)
+            return [*decoder.out, Done(usage)]
+
+        return self.http.decoded(
+            self.api + path, body, model, lines=False, feed=feed, out=decoder.out, ending=ending
         )
-        async with aclosing(decoded) as events:
-            sink: EventSink | None = None
-            while True:
-                try:
-                    event = await events.asend(sink)
-                except StopAsyncIteration:
-                    break
-                sink = yield event
-        usage = decoder.close(saw_end_marker=saw_done, estimate_input=estimate_input)
-        for event in decoder.out:
-            yield event
-        decoder.out.clear()
-        yield Done(usage)
 
     async def embed(self, req: EmbeddingRequest) -> EmbeddingResult:
         data = await self.http.post_json(self.api + "/embeddings", encode_embedding(req), req.model)
