@@ -356,6 +356,9 @@ class UpstreamStream:
         assert conn is not None and loop is not None
         over: asyncio.Future[None] = loop.create_future()
 
+        # Runs in the connection's callback, in the context variables of whichever request
+        # opened the connection (it is pooled), not this one's: nothing on this path may rely
+        # on them (the request's log fields among them).
         def received() -> None:
             if over.done():
                 return
@@ -372,7 +375,7 @@ class UpstreamStream:
                         raise MalformedResponse(f"a line longer than {MAX_LINE} bytes")
                 if conn.complete or conn.error is not None:
                     over.set_result(None)
-            except BaseException as exc:  # raised in the task that pushes
+            except Exception as exc:  # raised in the task that pushes
                 over.set_exception(exc)
 
         self._since = loop.time()

@@ -116,7 +116,7 @@ class EventStream(Response):
 
     Once the first event is out, the events are pushed (`canonical.Events`) to a sink that
     encodes them and writes them to the client's socket in the engine connection's callback
-    (`direct_writer`); what the generator still yields (the ending, the event after the client
+    (`DirectWriter`); what the generator still yields (the ending, the event after the client
     fell behind, when the server's `send` waits for its socket to drain) goes the way above.
     """
 
@@ -146,8 +146,8 @@ class EventStream(Response):
         ending = b""
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            write = direct_writer(scope)
-            push = None if write is None else _pusher(encoder, write)
+            writer = direct_writer(scope)
+            push = None if writer is None else _pusher(encoder, writer.write)
             sink: EventSink | None = None  # the push, once the head is out
             while True:
                 try:
@@ -165,8 +165,9 @@ class EventStream(Response):
                     ending = out  # the last event: the stream ends after it
                 elif out:
                     await chunk_send({"type": "http.response.body", "body": out, "more_body": True})
-                if not head:
-                    sink = push
+                # Pushed once the head is out and while the client takes what is written at
+                # once; otherwise pulled, and the server's `send` waits for the client.
+                sink = push if not head and writer is not None and writer.ready else None
         finally:
             await events.aclose()
         await send({"type": "http.response.body", "body": head + ending, "more_body": False})

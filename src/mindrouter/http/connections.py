@@ -1,6 +1,6 @@
 """Connection-level defences the ASGI server lacks: a deadline for the request head, a size cap
 on it, and a cap on the connections one client address may hold open; and a way to write a
-stream's chunks to the client from a callback (`direct_writer`).
+stream's chunks to the client from a callback (`DirectWriter`).
 
 uvicorn closes idle keep-alive connections, but a connection that trickles its request line and
 headers one byte at a time (slow-loris), or never sends anything at all, is kept forever, and
@@ -13,6 +13,7 @@ application's reads are visible.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -113,7 +114,9 @@ class _GuardedProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # not an upgrade
-            self.scope[RESPONSE_CYCLE] = cycle  # type: ignore[literal-required]
+            # Weakly: the cycle holds the scope, and a loop between them would leave both to
+            # the collector's full passes instead of freeing them with the request.
+            self.scope[RESPONSE_CYCLE] = weakref.ref(cycle)  # type: ignore[literal-required]
 
     def _start_head(self) -> None:
         if self._in_head:
@@ -137,30 +140,60 @@ class _GuardedProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def direct_writer(scope: Mapping[str, Any]) -> Callable[[bytes], bool] | None:
+class DirectWriter:
     """Writes body chunks of the response under way straight to the client's socket, as the
-    server's own `send` would (one HTTP/1.1 chunk per call), but as a plain function that a
-    callback can call: `send` is a coroutine. It answers whether the client still takes more
-    at once: False once the socket's buffer is above its high-water mark (the server's `send`
-    then waits for it to drain) or the client has gone (nothing more is written).
+    server's own `send` would (one HTTP/1.1 chunk per call), but from a plain function that a
+    callback can call: `send` is a coroutine. `write` answers whether the client still takes
+    more at once (`ready`): not once the socket's buffer is above its high-water mark (the
+    server's `send` then waits for it to drain), nor once the client has gone (nothing more is
+    written then).
 
-    None when the request was not served by this module's protocol, or its response is not a
-    started chunked one; chunks then go through `send`.
+    It reads the server's response cycle (uvicorn's `RequestResponseCycle`: `transport`,
+    `flow.write_paused`, `disconnected`, `response_started`, `response_complete`,
+    `chunked_encoding`); `direct_writer` gives none when those are not there.
     """
-    cycle: RequestResponseCycle | None = scope.get(RESPONSE_CYCLE)
+
+    __slots__ = ("_cycle", "_flow", "_transport")
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+        self._transport = cycle.transport
+        self._flow = cycle.flow
+
+    @property
+    def ready(self) -> bool:
+        return not (self._flow.write_paused or self._cycle.disconnected)
+
+    def write(self, body: bytes) -> bool:
+        if self._cycle.disconnected:
+            return False
+        self._transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return not self._flow.write_paused
+
+
+def direct_writer(scope: Mapping[str, Any]) -> DirectWriter | None:
+    """A `DirectWriter` for the request's response; None when the request was not served by
+    this module's protocol, its response is not a started chunked one, or the server's cycle
+    lacks what the writer reads (another server version): chunks then go through `send`."""
+    ref = scope.get(RESPONSE_CYCLE)
+    cycle: RequestResponseCycle | None = ref() if ref is not None else None
+    if cycle is None or not all(hasattr(cycle, name) for name in _CYCLE_FIELDS):
+        return None
     if (
-        cycle is None
-        or not cycle.response_started
+        not cycle.response_started
         or cycle.response_complete
         or cycle.chunked_encoding is not True
+        or not hasattr(cycle.flow, "write_paused")
     ):
         return None
-    transport, flow = cycle.transport, cycle.flow
+    return DirectWriter(cycle)
 
-    def write(body: bytes) -> bool:
-        if cycle.disconnected:
-            return False
-        transport.write(b"%x\r\n%b\r\n" % (len(body), body))
-        return not flow.write_paused
 
-    return write
+_CYCLE_FIELDS = (
+    "transport",
+    "flow",
+    "disconnected",
+    "response_started",
+    "response_complete",
+    "chunked_encoding",
+)
