@@ -52,7 +52,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("limit store / Redis", ("redis/", "mindrouter/stores/")),
     (
         "engine read: HTTP client + SSE lines",
-        ("aiohttp/", "httptools/", "mindrouter/backends/http"),
+        ("aiohttp/", "httptools/", "mindrouter/backends/http", "mindrouter/backends/engine_stream"),
     ),
     ("engine decode: JSON + canonical events", ("mindrouter/backends/", "mindrouter/canonical/")),
     ("fair gate / scheduling", ("mindrouter/scheduling/",)),

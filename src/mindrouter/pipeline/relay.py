@@ -122,11 +122,9 @@ def collector(
     return collect
 
 
-def _tallied(s: Services, flight: Flight, sink: EventSink | None) -> EventSink | None:
+def _tallied(s: Services, flight: Flight, sink: EventSink) -> EventSink:
     """`sink` behind the flight's tally; it wants no more once the gateway's grace period for
     open streams is over (the relay then ends the stream)."""
-    if sink is None:
-        return None
     see, draining = flight.see, s.draining
 
     def push(batch: list[StreamEvent]) -> bool:
@@ -154,8 +152,7 @@ async def stream(
     last: StreamEvent | None = None
     async with open_flight(s, ctx, req, spec) as flight:
         event, events = await dispatch.run(flight, req, first_of(s, flight, opener))
-        client_sink: EventSink | None = None  # the client's, as last sent in
-        push: EventSink | None = None  # the same, behind the flight's tally
+        push: EventSink | None = None  # the client's sink, behind the flight's tally
         try:
             yield event
             while True:
@@ -171,8 +168,8 @@ async def stream(
                             "the gateway is shutting down and its grace period for open "
                             "streams is over; retry the request"
                         )
-                    if sink is not client_sink:
-                        client_sink, push = sink, _tallied(s, flight, sink)
+                    # Made again for every event pulled: those are few once pushing starts.
+                    push = None if sink is None else _tallied(s, flight, sink)
                 try:
                     event = await events.asend(push)
                 except StopAsyncIteration:
