@@ -91,7 +91,7 @@ def _streams(figs: dict[str, Any]) -> list[Row]:
     )
     by_level = cap["cpu_us_per_chunk"]
     per_chunk = ", ".join(f"{c}: {_f(v, 0)}" for c, v in by_level.items())
-    at_top = by_level.get(top, by_level.get(str(top)))
+    at_top = by_level.get(str(top))  # the figures' levels are JSON keys
     return [
         (label + f", up to {top})", measured, best == top),
         (

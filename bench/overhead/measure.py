@@ -60,6 +60,7 @@ def stream_summary(results: list[Result], chunks_sent: int) -> dict[str, Any]:
         "ttft_p50_ms": percentile(ttft, 50),
         "ttft_p99_ms": percentile(ttft, 99),
         "chunks_sent": chunks_sent,
+        "chunks_received": events,
         "chunks_received_min": min(counts) if counts else 0,
         "chunks_received_median": statistics.median(counts) if counts else 0,
         # Fewer content events than the backend sent: the gateway merged deltas.

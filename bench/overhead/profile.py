@@ -265,8 +265,7 @@ def peers_on_load_core(workdir: Path, profile: str) -> Iterator[Callable[[target
         os.sched_setaffinity(own.pid, load_core)
 
     def pin(server: targets.Server) -> None:
-        database = server.info.get("database_name")
-        for pid in targets.database_backends(database) if database else []:
+        for pid in targets.database_backends(server.info["database_name"]):
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(pid, load_core)
 

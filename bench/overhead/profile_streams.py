@@ -122,10 +122,9 @@ async def profile_streams(ns: argparse.Namespace) -> Path:
         finally:
             await targets.stop_all(servers, workdir)
     stats = run.stream_summary(results, ns.chunks)
-    chunks = sum(len(r.events) for r in results if r.ok)
-    stats.update(chunks=chunks, cpu_s=cpu, loadavg_1m=load)
+    stats.update(cpu_s=cpu, loadavg_1m=load)
     stats["system_share"] = (split1[1] - split0[1]) / max(cpu, 1e-9)
-    stats["cpu_us_per_chunk"] = cpu / max(1, chunks) * 1e6
+    stats["cpu_us_per_chunk"] = cpu / max(1, stats["chunks_received"]) * 1e6
     report = _report(ns, stats, None if spy is None else out)
     path = out.with_suffix(".md")
     path.write_text(report)
@@ -144,7 +143,7 @@ def _report(ns: argparse.Namespace, st: dict[str, Any], raw: Path | None) -> str
         f"chunks {ns.gap_ms:g} ms apart; closed loop for {ns.duration - 1.5:g} s.",
         "",
         f"**CPU {per_chunk:.1f} µs per relayed chunk** ({st['cpu_s']:.2f} s of gateway CPU, "
-        f"{st['chunks']} content chunks received, {st['ok']}/{st['streams']} streams ok, "
+        f"{st['chunks_received']} content chunks received, {st['ok']}/{st['streams']} streams ok, "
         f"coalesced streams {st['coalesced_streams']}); {st['system_share']:.0%} of it in the "
         "kernel (system time)."
         + (f" Failed streams: {st['error_kinds']}." if st["errors"] else ""),
@@ -254,8 +253,8 @@ async def against(ns: argparse.Namespace) -> Path:
                 results = await load(t, raws[n], ns.duration)
                 cpu = t.server.cpu() - cpu0 if t.server is not mock else math.nan
                 row = run.stream_summary(results, ns.chunks)
-                chunks = sum(len(r.events) for r in results if r.ok)
-                row.update(cpu_us_per_chunk=cpu / max(1, chunks) * 1e6, load=os.getloadavg()[0])
+                per_chunk = cpu / max(1, row["chunks_received"]) * 1e6
+                row.update(cpu_us_per_chunk=per_chunk, load=os.getloadavg()[0])
                 rows[n].append(row)
                 print(
                     f"  r{round_} {n:<14} cpu {row['cpu_us_per_chunk']:6.1f} µs/chunk  "

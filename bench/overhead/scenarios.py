@@ -92,17 +92,16 @@ async def stream_capacity(bench: Bench) -> None:
                 )
                 user1, sys1 = targets.user_system(t.server.pids)
             cpu = (user1 - user0) + (sys1 - sys0)
-            chunks = sum(len(r.events) for r in results if r.ok)
+            summary = stream_summary(results, STREAM_CHUNKS)
             point = {
                 "scenario": "stream",
                 "target": t.name,
                 "concurrency": conc,
                 "duration_s": seconds,
-                **stream_summary(results, STREAM_CHUNKS),
+                **summary,
                 "cpu_s": cpu,
                 "system_share": (sys1 - sys0) / cpu if cpu > 0 else None,
-                "chunks_received": chunks,
-                "cpu_us_per_chunk": cpu / max(1, chunks) * 1e6,
+                "cpu_us_per_chunk": cpu / max(1, summary["chunks_received"]) * 1e6,
                 "loadavg_1m": os.getloadavg()[0],
             }
             bench.points.append(point)
