@@ -10,17 +10,6 @@ from __future__ import annotations
 
 import sys
 
-# Wraps build_app; `{body}` adjusts `app` (a FastAPI instance) before it is served.
-_PATCH_APP = """
-import mindrouter.app as _mr_app
-_mr_build = _mr_app.build_app
-def _mr_patched(settings, stores=None):
-    app = _mr_build(settings, stores)
-{body}
-    return app
-_mr_app.build_app = _mr_patched
-"""
-
 # The event loop asyncio ships with, instead of uvloop (which `mindrouter serve` uses).
 _ASYNCIO_LOOP = """
 import asyncio as _mr_asyncio
@@ -48,27 +37,6 @@ _SQLALCHEMY_AUDIT = _PATCH_STORES.format(
 # Every audit outcome written as soon as nothing else is queued, not gathered for 50 ms.
 _EAGER_COMPLETE = _PATCH_STORES.format(body="    stores.audit.complete_delay = 0.0")
 
-# The hot route straight under Starlette's router, without FastAPI's own middleware (body-size
-# limit, exception telemetry, the dependency exit stack); the admin API stays under FastAPI,
-# reached when the hot paths do not match.
-_STARLETTE_FRONT = """    from starlette.applications import Starlette as _S
-    inner = app
-    hot = ('/v1/chat/completions', '/v1/completions', '/v1/embeddings', '/anthropic/v1/messages')
-    routes = [r for r in inner.router.routes if getattr(r, 'path', None) in hot]
-    front = _S(routes=routes, exception_handlers=inner.exception_handlers)
-    front.state = inner.state
-    async def _dispatch(scope, receive, send):
-        if scope['type'] == 'http' and scope['path'] in hot:
-            await front(scope, receive, send)
-        else:
-            await inner(scope, receive, send)
-    class _App:
-        state = inner.state
-        router = inner.router
-        async def __call__(self, scope, receive, send):
-            await _dispatch(scope, receive, send)
-    app = _App()"""
-
 # The request waits for its clean-up (slot, audit outcome queued, limits settled in Redis, metrics)
 # before its response goes out; here the clean-up runs on after the response.
 _CLOSE_BEHIND = """
@@ -93,10 +61,6 @@ def _mr_patched(settings, stores=None):
     return _mr_build(settings, stores)
 _mr_app.build_app = _mr_patched
 """
-
-
-def _patch(*bodies: str) -> str:
-    return _PATCH_APP.format(body="\n".join(bodies))
 
 
 # Not a candidate but an instrument: the time the collector takes, by generation, from 13 s after
@@ -166,7 +130,6 @@ VARIANTS: dict[str, str] = {
     "asyncio-loop": _ASYNCIO_LOOP,
     "sqlalchemy-audit": _SQLALCHEMY_AUDIT,
     "eager-complete": _EAGER_COMPLETE,
-    "starlette-front": _patch(_STARLETTE_FRONT),
     "close-behind": _CLOSE_BEHIND,
     "unary-upstream": _UNARY_UPSTREAM,
     "console-off": _CONSOLE_OFF,

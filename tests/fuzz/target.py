@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from mindrouter.app import build_app
 from mindrouter.serving import ThreadServer
@@ -85,7 +85,7 @@ class Fleet:
     sims: list[ThreadServer]
     # The configuration built in this process and never served: its routes are what the
     # gateway processes serve.
-    app: FastAPI
+    app: Starlette
 
     def close(self) -> None:
         for t in self.targets:
@@ -116,7 +116,7 @@ async def _prepare(config: dict[str, Any]) -> tuple[str, str, set[str]]:
 def start_fleet(databases: dict[str, str], workdir: Path) -> Fleet:
     """A gateway process per entry of `databases` (name -> migrated database URL), all in
     front of one set of simulated engines."""
-    fleet = Fleet([], [], FastAPI())
+    fleet = Fleet([], [], Starlette())
     try:
         urls: dict[str, str] = {}
         for engine in SIM_ENGINES:

@@ -40,7 +40,7 @@ from bench.harness import (
     cli,
     write_config,
 )
-from fastapi import FastAPI
+from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mindrouter.app import build_app
@@ -156,7 +156,7 @@ class Rig:
     sim_state: SimState
     settings: Settings
     gateway: ThreadServer
-    app: FastAPI
+    app: Starlette
 
     @property
     def url(self) -> str:

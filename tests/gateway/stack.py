@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from mindrouter.app import build_app
 from mindrouter.serving import ThreadServer
@@ -50,7 +50,7 @@ class Stack:
     sims: dict[str, ThreadServer]
     sim_states: dict[str, SimState]
     settings: Settings
-    app: FastAPI
+    app: Starlette
     key: str = ""
     database_url: str = ""
     extra: list[ThreadServer] = field(default_factory=list)

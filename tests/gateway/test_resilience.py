@@ -40,7 +40,7 @@ import httpx
 import ollama
 import openai
 import pytest
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from mindrouter.app import build_app
 from mindrouter.serving import ThreadServer
@@ -104,7 +104,7 @@ class Cluster:
     states: dict[str, SimState]
     settings: Settings
     key: str  # an admin key: it may call the inference routes as well as /admin
-    app: FastAPI
+    app: Starlette
     clients: dict[str, Any] = field(default_factory=dict)
 
     @property

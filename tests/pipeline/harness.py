@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import DIALECTS, PATHS
-from fastapi import FastAPI
+from starlette.applications import Starlette
 
 from mindrouter.app import build_app
 from mindrouter.backends.monitor import BackendMonitor
@@ -61,7 +61,7 @@ def backend(name: str, **fields: Any) -> dict[str, Any]:
 
 @dataclass
 class InProcess:
-    app: FastAPI
+    app: Starlette
     settings: Settings
     stores: SqlStores
     clock: Clock

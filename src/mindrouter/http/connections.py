@@ -22,6 +22,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 # The server's response cycle of a request, in the request's scope (`direct_writer`).
 RESPONSE_CYCLE = "mindrouter.response_cycle"
+# A function the application may put in a request's scope; the protocol calls it when the
+# client's connection is lost before the response is complete (`CancelOnDisconnect`). Its
+# presence in a scope served here is what tells the application that the call will come.
+ON_HANG_UP = "mindrouter.on_hang_up"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +98,12 @@ class _GuardedProtocol(HttpToolsProtocol):
                 self._open_by_address[host] = left
             else:
                 self._open_by_address.pop(host, None)
+        cycle = self.cycle
         super().connection_lost(exc)
+        if cycle is not None and not cycle.response_complete:
+            hang_up: Callable[[], None] | None = cycle.scope.get(ON_HANG_UP)  # type: ignore[assignment]
+            if hang_up is not None:
+                hang_up()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)

@@ -25,7 +25,6 @@ before every checkout (a BEGIN/ROLLBACK round trip pair per batch on asyncpg).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -148,7 +147,8 @@ class AuditWriter:
         self._completions: list[dict[str, Any]] = []
         self._oldest_completion = 0.0
         self._complete_failures = 0
-        self._wake = asyncio.Event()
+        # What the drain task waits on while it pauses; a begin or a flush resolves it.
+        self._waiter: asyncio.Future[None] | None = None
         self._urgent = False  # flush() or close() is waiting: no pause for completions
         self._drain: asyncio.Task[None] | None = None
         self._closed = False
@@ -181,7 +181,7 @@ class AuditWriter:
     async def flush(self) -> None:
         """Waits until everything queued so far has been written (or given up on)."""
         self._urgent = True
-        self._wake.set()
+        self._wake()
         try:
             while self._drain is not None and not self._drain.done():
                 await asyncio.shield(self._drain)
@@ -209,9 +209,26 @@ class AuditWriter:
             await conn.close()
 
     def _kick(self) -> None:
-        self._wake.set()  # a begin must not wait out the completions' pause
+        self._wake()  # a begin must not wait out the completions' pause
         if self._drain is None or self._drain.done():
             self._drain = asyncio.create_task(self._run(), name="audit-writer")
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _pause(self, seconds: float) -> None:
+        """Waits `seconds`, or less if woken: a future and a timer, where `wait_for` would
+        start a task at every pause, and a pause ends at nearly every begin."""
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = loop.call_later(seconds, self._wake)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -224,9 +241,7 @@ class AuditWriter:
                 if not self._urgent and len(self._completions) < self.max_batch:
                     left = due - loop.time()
                     if left > 0:
-                        self._wake.clear()
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._wake.wait(), left)
+                        await self._pause(left)
                         continue
                 await self._write_completions()
                 self._oldest_completion = loop.time()
@@ -343,10 +358,7 @@ class AuditWriter:
             log.warning("audit outcomes not written yet; retrying", error=str(exc))
             self._completions[:0] = batch
             # Back off, but a begin arriving meanwhile is written at once.
-            self._wake.clear()
-            pause = min(0.1 * 2 ** min(self._complete_failures, 6), MAX_RETRY_PAUSE)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), pause)
+            await self._pause(min(0.1 * 2 ** min(self._complete_failures, 6), MAX_RETRY_PAUSE))
             return
         self._complete_failures = 0
         self.stats.complete_batches += 1
