@@ -98,8 +98,8 @@ class Upstream:
         `lines`) is given to `feed`, which puts the events it decodes in `out` and answers
         False at the stream's last piece; once the body is read, what `ending` answers (the
         closing events, or it raises when the stream ended too early). Pulled or pushed
-        (`canonical.Events`): a sink sent in is handed the events from the next read of the
-        engine on, up to the ending."""
+        (`canonical.Events`): a sink sent in is handed the rest of the current read at once,
+        then the events of each next read of the engine, up to the ending."""
         ended = False
         sink: EventSink | None = None
 
@@ -107,6 +107,9 @@ class Upstream:
             nonlocal ended
             assert sink is not None
             more = True
+            if out:  # decoded before the sink came in: the rest of a pulled read
+                more = sink(out)
+                out.clear()
             for piece in pieces:
                 ended = not feed(piece)
                 if out:
@@ -131,11 +134,15 @@ class Upstream:
                 pieces = await pull()
                 if pieces is None:
                     break
-                for piece in pieces:
+                for n, piece in enumerate(pieces):
                     ended = not feed(piece)
-                    for event in out:
-                        sink = yield event
-                    out.clear()
+                    while out and sink is None:
+                        sink = yield out.pop(0)
+                    if sink is not None:
+                        # A sink came in: the rest of this read goes to it at once.
+                        if not push([] if ended else pieces[n + 1 :]):
+                            sink = None
+                        break
                     if ended:
                         break
             await stream.finish()
