@@ -100,50 +100,32 @@ class Upstream:
         closing events, or it raises when the stream ended too early). Pulled or pushed
         (`canonical.Events`): a sink sent in is handed the rest of the current read at once,
         then the events of each next read of the engine, up to the ending."""
-        ended = False
-        sink: EventSink | None = None
-
-        def push(pieces: list[bytes]) -> bool:
-            nonlocal ended
-            assert sink is not None
-            more = True
-            if out:  # decoded before the sink came in: the rest of a pulled read
-                more = sink(out)
-                out.clear()
-            for piece in pieces:
-                ended = not feed(piece)
-                if out:
-                    more = sink(out) and more
-                    out.clear()
-                if ended:
-                    return False
-            return more
-
+        d = _Decoding(feed, out)
         async with self.stream(path, body, model) as stream:
             pull, pushed = (
                 (stream.next_json_lines, stream.push_json_lines)
                 if lines
                 else (stream.next_sse_events, stream.push_sse_events)
             )
-            while not ended:
-                if sink is not None:
+            while not d.ended:
+                if d.sink is not None:
                     # Pushed until the sink wants no more, or the end: then pulled again.
-                    await pushed(push)
-                    sink = None
+                    await pushed(d.push)
+                    d.sink = None
                     continue
                 pieces = await pull()
                 if pieces is None:
                     break
                 for n, piece in enumerate(pieces):
-                    ended = not feed(piece)
-                    while out and sink is None:
-                        sink = yield out.pop(0)
-                    if sink is not None:
+                    d.ended = not feed(piece)
+                    while out and d.sink is None:
+                        d.sink = yield out.pop(0)
+                    if d.sink is not None:
                         # A sink came in: the rest of this read goes to it at once.
-                        if not push([] if ended else pieces[n + 1 :]):
-                            sink = None
+                        if not d.push([] if d.ended else pieces[n + 1 :]):
+                            d.sink = None
                         break
-                    if ended:
+                    if d.ended:
                         break
             await stream.finish()
         for event in ending():
@@ -151,6 +133,37 @@ class Upstream:
 
     async def aclose(self) -> None:
         self.pool.close()
+
+
+class _Decoding:
+    """One engine stream's decoding state in `Upstream.decoded`: whether its last piece has
+    been decoded, and the sink its events go to while they are pushed."""
+
+    __slots__ = ("ended", "feed", "out", "sink")
+
+    def __init__(self, feed: Callable[[bytes], bool], out: list[StreamEvent]) -> None:
+        self.feed = feed
+        self.out = out
+        self.ended = False
+        self.sink: EventSink | None = None
+
+    def push(self, pieces: list[bytes]) -> bool:
+        """Hands the sink what `out` holds, then the events of `pieces`; False once the sink
+        wants no more or the stream has ended."""
+        sink, out, feed = self.sink, self.out, self.feed
+        assert sink is not None
+        more = True
+        if out:  # decoded before the sink came in: the rest of a pulled read
+            more = sink(out)
+            out.clear()
+        for piece in pieces:
+            self.ended = not feed(piece)
+            if out:
+                more = sink(out) and more
+                out.clear()
+            if self.ended:
+                return False
+        return more
 
 
 def load_stream_json(payload: bytes, backend: str) -> Any:
