@@ -3,10 +3,10 @@
 The app is a Starlette app: the inference routes of every dialect, the probes, the usage and
 routing views and the console, under the gateway's own two middlewares (`CancelOnDisconnect`
 outside, `Edge` inside) and its error handlers. A request no route of it matches goes to the
-admin REST API, a FastAPI app (pydantic bodies, the OpenAPI document), which answers unknown
-paths too. FastAPI adds middleware of its own to every request it serves (a body-size limit,
-exception telemetry, an exit stack for uploaded files); the inference routes use none of it,
-and it cost about 6 % of a request's CPU when they went through it.
+routes of the admin REST API, built with FastAPI (pydantic bodies, the OpenAPI document), which
+answer unknown paths too. FastAPI's app would add middleware of its own to every request (a
+body-size limit, exception telemetry, an exit stack for uploaded files); the inference routes
+use none of it, and it cost about 6 % of a request's CPU when they went through it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI
+from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -211,14 +212,16 @@ def build_app(
     trusted = _edge(app, settings, authenticator, drain, metrics)
     _probe_routes(app, settings, runtime, drain, metrics)
     _api_routes(app, settings, gateway, stores, responses, catalog_sync, authenticator, trusted)
-    app.router.default = _admin_api(settings, stores, authenticator, metrics)
+    app.state.admin_api = _admin_api(settings, stores, authenticator)
+    # The admin API's routes answer what no route above matches (unknown paths get their 404
+    # there), under this app's middleware and error handlers alone: FastAPI's own stack would
+    # handle errors a second time inside the edge. Its routes need only the exit stack.
+    app.router.default = AsyncExitStackMiddleware(app.state.admin_api.router)
     return app
 
 
-def _admin_api(
-    settings: Settings, stores: SqlStores, authenticator: Authenticator, metrics: Metrics
-) -> FastAPI:
-    """The admin REST API, and the answer to paths nothing else serves (404, 405)."""
+def _admin_api(settings: Settings, stores: SqlStores, authenticator: Authenticator) -> FastAPI:
+    """The admin REST API: its routes and its OpenAPI document."""
     # FastAPI's OpenTelemetry bridge would look up the global providers on every request; the
     # gateway reports through its own metrics and logs.
     # No HTML docs page: it would load its scripts from a CDN, and a browser cannot send the
@@ -232,7 +235,6 @@ def _admin_api(
         openapi_url="/openapi.json" if settings.api_docs == "admin" else None,
     )
     api.include_router(admin_router(stores, authenticator))
-    _error_handlers(api, metrics)
     return api
 
 

@@ -10,7 +10,8 @@ loopback interface), so that each test's address-keyed counters are its own.
 - `X-Forwarded-For` is believed only from a peer inside a `trusted_proxies` CIDR range;
 - a 500 says `Connection: close`, and the client's next request on its keep-alive connection
   pool works;
-- an upload the client aborts is logged as the client leaving, not as an unhandled error.
+- an upload the client aborts is logged as the client leaving, not as an unhandled error (on
+  an inference route and on the admin API).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def c() -> Iterator[Cluster]:
         raise RuntimeError("a bug")
 
     cluster.app.add_route("/v1/boom", boom, methods=["GET"])
+    cluster.app.state.admin_api.router.add_route("/admin/boom", boom, methods=["GET"])
     try:
         yield cluster
     finally:
@@ -217,26 +219,30 @@ def test_forwarded_for_is_believed_only_from_a_trusted_range(c: Cluster) -> None
     assert _audited_ip(c) == "6.6.6.6"
 
 
-def test_a_500_closes_the_connection_and_the_next_request_works(c: Cluster) -> None:
+@pytest.mark.parametrize("path", ["/v1/boom", "/admin/boom"])
+def test_a_500_closes_the_connection_and_the_next_request_works(c: Cluster, path: str) -> None:
+    """Answered and logged once, whether an inference route or the admin API failed."""
     auth = {"Authorization": f"Bearer {c.key}"}
-    with client_from("127.0.0.8") as client:
+    with client_from("127.0.0.8") as client, structlog.testing.capture_logs() as logs:
         assert client.get(c.url + "/healthz").status_code == 200
-        r = client.get(c.url + "/v1/boom", headers=auth)
+        r = client.get(c.url + path, headers=auth)
         assert r.status_code == 500
         assert r.headers["connection"] == "close"
         assert r.json()["error"]["type"] == "server_error"
         after = client.post(c.url + "/v1/chat/completions", json=BODY, headers=auth)
         assert after.status_code == 200
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["unhandled error"]
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/admin/keys"])
 def test_an_aborted_upload_is_not_an_unhandled_error(
-    c: Cluster, caplog: pytest.LogCaptureFixture
+    c: Cluster, caplog: pytest.LogCaptureFixture, path: str
 ) -> None:
     caplog.set_level(logging.ERROR)
     with structlog.testing.capture_logs() as logs:
         s = _connect("127.0.0.9", c)
         head = (
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: x\r\n"
             f"Authorization: Bearer {c.key}\r\nContent-Length: 100000\r\n\r\n"
         )
         s.sendall(head.encode() + b"x" * 5000)

@@ -148,8 +148,8 @@ class _Decoding:
         self.sink: EventSink | None = None
 
     def push(self, pieces: list[bytes]) -> bool:
-        """Hands the sink what `out` holds, then the events of `pieces`; False once the sink
-        wants no more or the stream has ended."""
+        """Hands the sink what `out` holds, then the events of `pieces`; False when the sink
+        wants no more, or when one of `pieces` ended the stream."""
         sink, out, feed = self.sink, self.out, self.feed
         assert sink is not None
         more = True

@@ -4,9 +4,8 @@
 (`estimate.py`), the limits (`admit.py`), the durable audit record (`audit.py`) and the fair
 gate (`schedule.py`); inside it the caller dispatches (`dispatch.py`), holding a backend slot
 through `take()`, and says how the request ended (`end()`, or by raising); on exit, however the
-request ended, it runs stage 12, which cancellation cannot interrupt: nothing in it waits once
-the record's commit has ended, so it runs inline then, and in a task of its own (steps 3-5
-after the commit) when the request ended first:
+request ended, it runs stage 12 in a task that cancellation cannot interrupt (steps 3-5 once
+the record's commit has ended, when the request ended before it did):
 
     1. release the backend slot and let the fair gate hand it to the next waiter
     2. mark the model as loaded
@@ -207,25 +206,19 @@ class Flight:
         if output is None and (tally.produced or tally.usage is not None):
             output = tally.text
         status = self.status or "cancelled"
-        audit = self.audit
-        if audit is None or audit.begun.done():
-            # Nothing below waits, so no cancellation can cut it short: no task is needed.
-            self._release(status, usage)
-            self._finish(status, usage, output)
-            return
-        task = asyncio.ensure_future(self._close_after_commit(status, usage, output))
+        # In a task even when nothing in it waits: run inline, it ends each stream a loop turn
+        # sooner, and streams that start together (a closed loop of clients) then stay
+        # together; at 128 such streams the inter-chunk gap's p99 grew by 2 ms.
+        task = asyncio.ensure_future(self._close(status, usage, output))
         _CLOSING.add(task)
         task.add_done_callback(_CLOSING.discard)
         await asyncio.shield(task)
 
-    async def _close_after_commit(
-        self, status: Status, usage: Usage | None, output: str | None
-    ) -> None:
-        """The clean-up of a request that ended before its record's commit did: the slot goes
-        back at once, the outcome follows the commit."""
+    async def _close(self, status: Status, usage: Usage | None, output: str | None) -> None:
+        """The slot goes back at once; the outcome follows the record's commit."""
         self._release(status, usage)
-        assert self.audit is not None
-        await self.audit.commit_ended()
+        if self.audit is not None:
+            await self.audit.commit_ended()
         self._finish(status, usage, output)
 
     def _release(self, status: Status, usage: Usage | None) -> None:

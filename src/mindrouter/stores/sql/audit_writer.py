@@ -219,8 +219,11 @@ class AuditWriter:
             waiter.set_result(None)
 
     async def _pause(self, seconds: float) -> None:
-        """Waits `seconds`, or less if woken: a future and a timer, where `wait_for` would
-        start a task at every pause, and a pause ends at nearly every begin."""
+        """Waits `seconds`, or less if woken, and not at all with begins queued (they may have
+        come while a write was failing): a future and a timer, where `wait_for` would start a
+        task at every pause, and a pause ends at nearly every begin."""
+        if self._begins:
+            return
         loop = asyncio.get_running_loop()
         self._waiter = waiter = loop.create_future()
         timer = loop.call_later(seconds, self._wake)
