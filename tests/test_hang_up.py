@@ -77,29 +77,26 @@ def _post(port: int, path: str) -> socket.socket:
     return sock
 
 
-@pytest.mark.parametrize("guarded", [True, False], ids=["called-back", "watcher"])
-def test_a_client_closing_its_connection_cancels_the_request(guarded: bool) -> None:
+def _hang_up_while_held(guarded: bool) -> dict[str, Any]:
+    """What the held request saw, once the client closed its connection and it was cancelled."""
     app, seen = _app(guarded=guarded)
     with ThreadServer(app) as server:
         sock = _post(server.port, "/hold")
         assert seen["waiting"].wait(10)
         sock.close()
         assert seen["cancelled"].wait(10)
-    assert seen["hooked"] is guarded
+    return seen
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["called-back", "watcher"])
+def test_a_client_closing_its_connection_cancels_the_request(guarded: bool) -> None:
+    assert _hang_up_while_held(guarded)["hooked"] is guarded
 
 
 def test_the_call_back_starts_no_watcher_task() -> None:
     """The request's own task and the server's: nothing per request besides."""
-    counts = {}
-    for guarded in (True, False):
-        app, seen = _app(guarded=guarded)
-        with ThreadServer(app) as server:
-            sock = _post(server.port, "/hold")
-            assert seen["waiting"].wait(10)
-            sock.close()
-            assert seen["cancelled"].wait(10)
-        counts[guarded] = seen["tasks"]
-    assert counts[True] == counts[False] - 1
+    called_back, watched = (_hang_up_while_held(guarded)["tasks"] for guarded in (True, False))
+    assert called_back == watched - 1
 
 
 def test_a_client_leaving_after_its_response_cancels_nothing() -> None:
