@@ -23,6 +23,7 @@ from typing import Any
 import uvicorn
 
 from mindrouter.http.connections import ConnectionPolicy, guarded_protocol
+from mindrouter.tasks import pause, release
 
 
 def bind_socket(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -75,7 +76,7 @@ class _Server(uvicorn.Server):
         self._exiting = value
         waiter = self._exit_waiter
         if value and waiter is not None:
-            waiter.get_loop().call_soon_threadsafe(_release, waiter)
+            waiter.get_loop().call_soon_threadsafe(release, waiter)
 
     async def main_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -84,11 +85,9 @@ class _Server(uvicorn.Server):
             waiter = self._exit_waiter = loop.create_future()
             if self._exiting:  # set between the tick and the waiter
                 break
-            timer = loop.call_later(1.0, _release, waiter)
             try:
-                await waiter
+                await pause(waiter, 1.0)
             finally:
-                timer.cancel()
                 self._exit_waiter = None
 
     @contextlib.contextmanager
@@ -112,11 +111,6 @@ class _Server(uvicorn.Server):
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
-
-
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 class InLoopServer:

@@ -1,9 +1,10 @@
-"""Stopping the gateway's background tasks."""
+"""The gateway's background tasks: pausing them cheaply and stopping them."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from typing import Any
 
 # How long a stop waits after each cancel before cancelling again.
@@ -24,3 +25,23 @@ async def stop_task(task: asyncio.Task[Any]) -> None:
         await asyncio.wait({task}, timeout=_RECANCEL_S)
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def pause(waiter: asyncio.Future[None], seconds: float) -> None:
+    """Waits until `release(waiter)`, or `seconds` (`math.inf`: no limit). One future and one
+    timer, no task: `asyncio.wait_for` would start a task at every pause, and the loops that
+    pause do so several times a second, or once per request."""
+    timer = (
+        waiter.get_loop().call_later(seconds, release, waiter) if math.isfinite(seconds) else None
+    )
+    try:
+        await waiter
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def release(waiter: asyncio.Future[None]) -> None:
+    """Ends the pause on `waiter`; nothing if it is over."""
+    if not waiter.done():
+        waiter.set_result(None)

@@ -122,7 +122,7 @@ class Upstream:
                         d.sink = yield out.pop(0)
                     if d.sink is not None:
                         # A sink came in: the rest of this read goes to it at once.
-                        if not d.push([] if d.ended else pieces[n + 1 :]):
+                        if not d.push(pieces[n + 1 :]):
                             d.sink = None
                         break
                     if d.ended:
@@ -148,8 +148,8 @@ class _Decoding:
         self.sink: EventSink | None = None
 
     def push(self, pieces: list[bytes]) -> bool:
-        """Hands the sink what `out` holds, then the events of `pieces`; False when the sink
-        wants no more, or when one of `pieces` ended the stream."""
+        """Hands the sink what `out` holds, then the events of `pieces` up to the stream's
+        last; False once the sink wants no more or the stream has ended."""
         sink, out, feed = self.sink, self.out, self.feed
         assert sink is not None
         more = True
@@ -157,13 +157,13 @@ class _Decoding:
             more = sink(out)
             out.clear()
         for piece in pieces:
+            if self.ended:
+                break
             self.ended = not feed(piece)
             if out:
                 more = sink(out) and more
                 out.clear()
-            if self.ended:
-                return False
-        return more
+        return more and not self.ended
 
 
 def load_stream_json(payload: bytes, backend: str) -> Any:

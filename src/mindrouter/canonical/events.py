@@ -8,11 +8,11 @@ A stream is an async generator of events (`Events`) that can also push them. Pul
 `async for`, `asend(None)`), it yields every event. A consumer that instead sends an `EventSink`
 in (`asend(sink)`) has the events that follow handed to the sink as they are decoded, in batches:
 what is already read at once, within that `asend`, and then inside the engine connection's
-callback, with no task woken per chunk; the next event the
-generator yields is the first one the sink was not given: the terminal event, or one after the
-sink answered False (it takes every batch it is given and answers whether it wants more). The
-sink may not keep the list it is passed. A generator that cannot push ignores the sink and
-yields every event, so a consumer handles what is yielded either way.
+callback, with no task woken per chunk; the next event the generator yields is the first one
+the sink was not given: the terminal event, or one after the sink answered False (it takes
+every batch it is given and answers whether it wants more). The sink may not keep the list it
+is passed. A generator that cannot push ignores the sink and yields every event, so a consumer
+handles what is yielded either way.
 """
 
 from __future__ import annotations

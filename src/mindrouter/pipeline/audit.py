@@ -125,12 +125,16 @@ class AuditRecord:
         cancelled meanwhile leaves the commit under way, so that its outcome can follow."""
         await asyncio.shield(self.begun)
 
-    async def commit_ended(self) -> None:
-        """Returns once the record's commit has ended, committed or failed (never raises)."""
+    async def _committed_uuid(self) -> str | None:
+        """The committed record's id, once its commit has ended; None if it failed."""
+        begin = self.begun
         with contextlib.suppress(BaseException):
-            await asyncio.shield(self.begun)
+            await asyncio.shield(begin)
+        if not begin.done() or begin.cancelled() or begin.exception() is not None:
+            return None
+        return self.start.uuid
 
-    def complete(
+    async def complete(
         self,
         ctx: RequestContext,
         status: Status,
@@ -141,15 +145,14 @@ class AuditRecord:
         queued_ms: float | None,
         ticket: Ticket | None,
     ) -> None:
-        """How the request ended, with the usage charge; called once the commit has ended
-        (`commit_ended`). A record whose start could not be committed has nothing to complete."""
+        """How the request ended, with the usage charge (its commit may still be under way if
+        the request failed early)."""
         s = self.s
         if s.recovery is not None:
             s.recovery.untrack(self.start.uuid, self.slot)
-        begin = self.begun
-        if not begin.done() or begin.cancelled() or begin.exception() is not None:
+        uuid = await self._committed_uuid()
+        if uuid is None:
             return
-        uuid = self.start.uuid
         used_in = usage.input_tokens if usage else 0
         used_out = usage.output_tokens if usage else 0
         used = used_in + used_out

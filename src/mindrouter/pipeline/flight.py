@@ -4,8 +4,7 @@
 (`estimate.py`), the limits (`admit.py`), the durable audit record (`audit.py`) and the fair
 gate (`schedule.py`); inside it the caller dispatches (`dispatch.py`), holding a backend slot
 through `take()`, and says how the request ended (`end()`, or by raising); on exit, however the
-request ended, it runs stage 12 in a task that cancellation cannot interrupt (steps 3-5 once
-the record's commit has ended, when the request ended before it did):
+request ended, it runs stage 12 in a task that cancellation cannot interrupt:
 
     1. release the backend slot and let the fair gate hand it to the next waiter
     2. mark the model as loaded
@@ -205,40 +204,42 @@ class Flight:
         output = self.output
         if output is None and (tally.produced or tally.usage is not None):
             output = tally.text
-        status = self.status or "cancelled"
-        # In a task even when nothing in it waits: run inline, it ends each stream a loop turn
-        # sooner, and streams that start together (a closed loop of clients) then stay
-        # together; at 128 such streams the inter-chunk gap's p99 grew by 2 ms.
-        task = asyncio.ensure_future(self._close(status, usage, output))
+        # In a task even when nothing in it waits (the record committed): run inline, it ends
+        # each stream a loop turn sooner, and streams that start together (a closed loop of
+        # clients) then stay together; at 128 such streams the inter-chunk gap's p99 grew by
+        # 2 ms (bench/results/overhead-requests-tasks.md).
+        task = asyncio.ensure_future(
+            self._close(self.status or "cancelled", usage, output, self.error)
+        )
         _CLOSING.add(task)
         task.add_done_callback(_CLOSING.discard)
         await asyncio.shield(task)
 
-    async def _close(self, status: Status, usage: Usage | None, output: str | None) -> None:
-        """The slot goes back at once; the outcome follows the record's commit."""
-        self._release(status, usage)
-        if self.audit is not None:
-            await self.audit.commit_ended()
-        self._finish(status, usage, output)
-
-    def _release(self, status: Status, usage: Usage | None) -> None:
+    async def _close(
+        self,
+        status: Status,
+        usage: Usage | None,
+        output: str | None,
+        error: MindRouterError | None,
+    ) -> None:
         s = self.s
+        # Whoever ends the request passes what was really used (partial usage included);
+        # a request that never produced anything costs nothing.
+        used_in = usage.input_tokens if usage else 0
+        used_out = usage.output_tokens if usage else 0
+        used = used_in + used_out
         # 1. The slot first, so the next waiter can start while we write records.
         served_by = self.backend
         self.drop()
         if self.job is not None:
-            used_in, used_out = (usage.input_tokens, usage.output_tokens) if usage else (0, 0)
             s.gate.finish(self.job, used_in, used_out)
         # 2. The model is resident on the backend that served it.
         if status == "ok" and served_by is not None:
             s.catalog.mark_used(self.spec.name, s.clock())
             served_by.loaded.add(self.spec.name)
-
-    def _finish(self, status: Status, usage: Usage | None, output: str | None) -> None:
-        s, error = self.s, self.error
         # 3. The audit record, with the usage charge.
         if self.audit is not None:
-            self.audit.complete(
+            await self.audit.complete(
                 self.ctx,
                 status,
                 usage=usage,
@@ -249,9 +250,7 @@ class Flight:
             )
         # 4. The quota counters: the settlement is sent, its answer not waited for.
         if self.ticket is not None:
-            # Whoever ends the request passes what was really used (partial usage
-            # included); a request that never produced anything costs nothing.
-            settle(s, self.ticket, usage.input_tokens + usage.output_tokens if usage else 0)
+            settle(s, self.ticket, used)
         # 5. The request's metrics and log line.
         if self.job is not None:
             record_outcome(s.metrics, self.ctx, self.req.model, status, usage, error=error)

@@ -5,13 +5,12 @@ between."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mindrouter.observability.logging import log
-from mindrouter.tasks import stop_task
+from mindrouter.tasks import pause, release, stop_task
 
 
 class Outage:
@@ -76,7 +75,7 @@ class ExchangeLoop:
         if loop.time() >= self._earliest:
             waiter.set_result(None)
         else:
-            self._gap = loop.call_at(self._earliest, _release, waiter)
+            self._gap = loop.call_at(self._earliest, release, waiter)
 
     def start(self) -> None:
         """Starts the exchanges (a first one right away); nothing if they already run."""
@@ -92,7 +91,7 @@ class ExchangeLoop:
             return
         self._stopping = True
         if self._waiter is not None:
-            _release(self._waiter)
+            release(self._waiter)
         _, running = await asyncio.wait({task}, timeout=grace)
         if running:
             await stop_task(task)
@@ -106,33 +105,25 @@ class ExchangeLoop:
                 log.error(f"{self._what} sync failed", exc_info=exc)
                 ok = False
             interval = self._interval
-            pause = (interval() if callable(interval) else interval) if ok else self._retry_after
-            await self._rest(max(pause, 0.0))
+            rest = (interval() if callable(interval) else interval) if ok else self._retry_after
+            await self._rest(max(rest, 0.0))
 
-    async def _rest(self, pause: float) -> None:
-        """Waits `pause` seconds, or until a poke (made during the exchange too) after
+    async def _rest(self, seconds: float) -> None:
+        """Waits `seconds`, or until a poke (made during the exchange too) after
         `min_gap`."""
         if self._stopping:
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
-        self._earliest = now + min(self._min_gap, pause)
-        deadline = self._earliest if self._poked else now + pause
+        self._earliest = now + min(self._min_gap, seconds)
+        deadline = self._earliest if self._poked else now + seconds
         if deadline <= now:
             return
-        waiter = self._waiter = loop.create_future()
-        timer = loop.call_at(deadline, _release, waiter) if math.isfinite(deadline) else None
+        self._waiter = loop.create_future()
         try:
-            await waiter
+            await pause(self._waiter, deadline - now)
         finally:
             self._waiter = None
-            if timer is not None:
-                timer.cancel()
             if self._gap is not None:
                 self._gap.cancel()
                 self._gap = None
-
-
-def _release(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)

@@ -41,6 +41,7 @@ from mindrouter.stores.sql.audit_close import close_records
 from mindrouter.stores.sql.audit_pg import AuditRowsRejected, PgAuditConnection
 from mindrouter.stores.sql.schema import audit_records
 from mindrouter.stores.sql.transactions import DATABASE_ERRORS
+from mindrouter.tasks import pause, release
 
 MAX_BATCH = 500
 COMPLETE_DELAY = 0.05
@@ -214,23 +215,18 @@ class AuditWriter:
             self._drain = asyncio.create_task(self._run(), name="audit-writer")
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if self._waiter is not None:
+            release(self._waiter)
 
     async def _pause(self, seconds: float) -> None:
-        """Waits `seconds`, or less if woken, and not at all with begins queued (they may have
-        come while a write was failing): a future and a timer, where `wait_for` would start a
-        task at every pause, and a pause ends at nearly every begin."""
+        """Waits `seconds`, or less if woken (a pause ends at nearly every begin), and not at
+        all with begins queued (they may have come while a write was failing)."""
         if self._begins:
             return
-        loop = asyncio.get_running_loop()
-        self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(seconds, self._wake)
+        self._waiter = asyncio.get_running_loop().create_future()
         try:
-            await waiter
+            await pause(self._waiter, seconds)
         finally:
-            timer.cancel()
             self._waiter = None
 
     async def _run(self) -> None:
