@@ -124,7 +124,7 @@ def build_app(
     )
     metrics = Metrics()
     limits = build_limits(settings, metrics)
-    usage = UsageSync(stores.usage, limits)
+    usage = UsageSync(stores.usage, limits, stores.audit.written)
     leases = LeaseKeeper(limits, settings.lease_renew_s)
     recovery = Recovery(
         stores.instances,

@@ -256,6 +256,7 @@ async def test_outcomes_wait_for_an_unreachable_database_except_at_shutdown() ->
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(writer.flush(), 1.0)
         assert writer.attempts >= 1
+        assert not await writer.written(0.2), "a bounded wait says the charge is not written"
         await writer.flush_final()  # returns: a hang here is the test's timeout
     finally:
         await engine.dispose()

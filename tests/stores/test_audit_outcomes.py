@@ -9,7 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import update
 
+from mindrouter.pipeline.usage_sync import UsageSync, limit_key
 from mindrouter.stores.audit_records import AuditOutcome
+from mindrouter.stores.limits import Limits, MemoryLimitStore
 from mindrouter.stores.records import GroupLimits, LimitOverrides
 from mindrouter.stores.sql import SqlStores
 from mindrouter.stores.sql.schema import audit_records, usage
@@ -148,3 +150,34 @@ async def test_the_period_moves_as_the_usage_module_says(
     assert row.period_start == expected_start
     assert row.period_tokens == (107 if expected_start == T0 else 7)
     assert row.lifetime_tokens == 107
+
+
+async def test_written_waits_for_the_queued_outcomes_without_the_gathering_pause(
+    stores: SqlStores,
+) -> None:
+    uid, name = await make_user(stores)
+    stores.audit.complete_delay = 60.0  # gathered for a minute, unless someone waits
+    uuid = await begin(stores, uid, name)
+    stores.audit.complete(uuid, outcome((4, 6), T0, first=T0))
+    assert (await stores.usage.get_usage(uid, T0)).lifetime_tokens == 0
+    assert await stores.audit.written(30.0)
+    assert (await stores.usage.get_usage(uid, T0)).lifetime_tokens == 10
+    assert await stores.audit.written(0.0), "nothing queued: at once"
+
+
+async def test_a_reload_after_redis_lost_the_usage_counts_the_charges_still_queued(
+    stores: SqlStores,
+) -> None:
+    """The lost counters held the user's last requests; their outcomes, still gathered in the
+    writer, are what the usage rows lack: the reload waits for them instead of handing the
+    user those tokens back."""
+    uid, name = await make_user(stores, days=30)
+    stores.audit.complete_delay = 60.0
+    now = datetime.now(UTC)
+    uuid = await begin(stores, uid, name)
+    stores.audit.complete(uuid, outcome((30, 70), now, first=now))
+    limits = MemoryLimitStore()
+    usage = UsageSync(stores.usage, limits, stores.audit.written)
+    await usage.reload(uid)
+    seen = await limits.snapshot(limit_key(uid), Limits(1000, 0, 0, 30), now.timestamp())
+    assert (seen.period_tokens, seen.lifetime_tokens) == (100, 100)

@@ -7,17 +7,25 @@ again whenever the shared store says it no longer holds the user's usage (Redis 
 `UsageNotLoaded`), so a budget is never checked against counters that started again from zero;
 with the usage go the user's admissions of the last minute and their requests in flight, read
 from the audit trail, so the per-minute and concurrency limits hold across such a loss too.
+
+A reload first waits (up to `CHARGES_WAIT_S`) for this process's audit outcomes still queued:
+they carry charges that the lost counters held and the usage rows do not have yet, so reading
+the rows at once would hand a user back the tokens of their last requests.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
+from mindrouter.observability.logging import log
 from mindrouter.stores.limits import Activity, LimitStore
 from mindrouter.stores.ports import UsageLedger
+
+# How long a reload waits for this process's queued charges to reach the usage rows.
+CHARGES_WAIT_S = 2.0
 
 
 def limit_key(user_id: int) -> str:
@@ -26,10 +34,17 @@ def limit_key(user_id: int) -> str:
 
 class UsageSync:
     def __init__(
-        self, ledger: UsageLedger, limits: LimitStore, wall: Callable[[], float] = time.time
+        self,
+        ledger: UsageLedger,
+        limits: LimitStore,
+        charged: Callable[[float], Awaitable[bool]],
+        wall: Callable[[], float] = time.time,
     ) -> None:
+        """`charged(seconds)` waits, at most that long, until the charges this process has
+        queued are in the ledger, and says whether they are (`AuditWriter.written`)."""
         self._ledger = ledger
         self._limits = limits
+        self._charged = charged
         self._wall = wall
         self._seeded: set[int] = set()
         self._seeding: dict[int, asyncio.Future[None]] = {}
@@ -42,23 +57,26 @@ class UsageSync:
 
     async def ensure_seeded(self, user_id: int) -> None:
         if user_id not in self._seeded:
-            await self._load(user_id)
+            await self._load(user_id, reloading=False)
 
     async def reload(self, user_id: int) -> None:
         """The limit store lost the user's usage: load it again, whatever this process did."""
         self.reloads += 1
-        await self._load(user_id)
+        await self._load(user_id, reloading=True)
 
-    async def _load(self, user_id: int) -> None:
+    async def _load(self, user_id: int, reloading: bool) -> None:
         # One load per user even when a burst of their requests arrives at once.
         task = self._seeding.get(user_id)
         if task is None:
-            task = asyncio.ensure_future(self._seed(user_id))
+            task = asyncio.ensure_future(self._seed(user_id, reloading))
             self._seeding[user_id] = task
             task.add_done_callback(lambda _: self._seeding.pop(user_id, None))
         await asyncio.shield(task)
 
-    async def _seed(self, user_id: int) -> None:
+    async def _seed(self, user_id: int, reloading: bool) -> None:
+        # A first load needs no wait: this process has served the user nothing yet.
+        if reloading and not await self._charged(CHARGES_WAIT_S):
+            log.warning("usage reloaded before this process's last charges were written")
         now = self._wall()
         counters = await self._ledger.get_usage(user_id)
         # A store that lost its data also rebuilds the user's last minute of admissions and

@@ -13,9 +13,10 @@ same transaction (`audit_close.py`), so what a finished request used is in the d
 as its record is closed, and a record a sweeper closed first is neither overwritten nor charged
 again. Nobody waits for a completion, so they are gathered for up to
 `complete_delay` (50 ms) after the oldest was queued, or until `max_batch` are queued, and go as
-one transaction; a begin never waits for that pause. `flush()` and `close()` write everything
-queued at once; `flush_final()`, at shutdown, does too without waiting for a database that is
-out of reach.
+one transaction; a begin never waits for that pause. `written(seconds)` waits until the
+outcomes queued so far are in the database (a reload of usage reads them there), without the
+pause. `flush()` and `close()` write everything queued at once; `flush_final()`, at shutdown,
+does too without waiting for a database that is out of reach.
 
 A connection the database dropped (a restart, an idle timeout) fails the first statement sent
 on it; the batch is then tried once more on a fresh connection, so the pool needs no ping
@@ -148,6 +149,11 @@ class AuditWriter:
         self._completions: list[dict[str, Any]] = []
         self._oldest_completion = 0.0
         self._complete_failures = 0
+        # Outcomes ever queued, and how many of them (in queue order) are written or given up
+        # on; `written()` waits for the second to reach the first as it was when called.
+        self._queued = 0
+        self._settled = 0
+        self._barriers: list[tuple[int, asyncio.Future[None]]] = []
         # What the drain task waits on while it pauses; a begin or a flush resolves it.
         self._waiter: asyncio.Future[None] | None = None
         self._urgent = False  # flush() or close() is waiting: no pause for completions
@@ -176,6 +182,7 @@ class AuditWriter:
         if not self._completions:
             self._oldest_completion = asyncio.get_running_loop().time()
         self._completions.append(outcome_values(uuid, outcome))
+        self._queued += 1
         if self._drain is None or self._drain.done():
             self._drain = asyncio.create_task(self._run(), name="audit-writer")
 
@@ -188,6 +195,27 @@ class AuditWriter:
                 await asyncio.shield(self._drain)
         finally:
             self._urgent = False
+
+    async def written(self, seconds: float) -> bool:
+        """Waits until the outcomes queued so far are written or given up on, at most
+        `seconds`; whether they were. Unlike flush(), later outcomes are not waited for."""
+        target = self._queued
+        if self._settled >= target:
+            return True
+        barrier = (target, asyncio.get_running_loop().create_future())
+        self._barriers.append(barrier)
+        self._wake()  # no gathering pause while someone waits
+        try:
+            await pause(barrier[1], seconds)
+        finally:
+            self._barriers.remove(barrier)
+        return self._settled >= target
+
+    def _settle_outcomes(self, count: int) -> None:
+        self._settled += count
+        for target, waiter in self._barriers:
+            if target <= self._settled:
+                release(waiter)
 
     async def flush_final(self) -> None:
         """flush() as the process stops: outcomes the database cannot take now are given up
@@ -237,7 +265,8 @@ class AuditWriter:
                     await self._write_begins()
                     continue
                 due = self._oldest_completion + self.complete_delay
-                if not self._urgent and len(self._completions) < self.max_batch:
+                hurry = self._urgent or self._barriers
+                if not hurry and len(self._completions) < self.max_batch:
                     left = due - loop.time()
                     if left > 0:
                         await self._pause(left)
@@ -311,6 +340,7 @@ class AuditWriter:
                 continue
             self.stats.complete_batches += 1
             self.stats.completed += 1
+        self._settle_outcomes(len(batch))
 
     async def _transaction(self, work: Callable[[AsyncConnection], Awaitable[None]]) -> None:
         """One transaction; again on a fresh connection if the pooled one had been dropped."""
@@ -353,6 +383,7 @@ class AuditWriter:
             if self._complete_failures >= COMPLETE_RETRIES and not waiting:
                 log.error("audit outcomes dropped", error=str(exc), records=len(batch))
                 self._complete_failures = 0
+                self._settle_outcomes(len(batch))
                 return
             log.warning("audit outcomes not written yet; retrying", error=str(exc))
             self._completions[:0] = batch
@@ -362,3 +393,4 @@ class AuditWriter:
         self._complete_failures = 0
         self.stats.complete_batches += 1
         self.stats.completed += len(batch)
+        self._settle_outcomes(len(batch))
