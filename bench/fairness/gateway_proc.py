@@ -27,7 +27,7 @@ from mindrouter.scheduling import CapacityGate, FairQueue, FairShareState, InMem
 from mindrouter.serving import InLoopServer
 from mindrouter.settings import settings_from_dict
 from mindrouter.stores.fairshare import RedisFairShareState
-from mindrouter.stores.shared import LocalSlots, RedisLink, SharedStore
+from mindrouter.stores.shared import LocalSlots, RedisLink
 from mindrouter.stores.slots import SharedSlots
 
 
@@ -38,11 +38,11 @@ async def serve(ns: argparse.Namespace) -> int:
     shared: RedisFairShareState | None = None
     state: FairShareState
 
-    def link(store: type[SharedStore]) -> RedisLink:
-        return RedisLink.from_url(ns.redis_url, ns.prefix, connections=store.connections)
+    def link() -> RedisLink:
+        return RedisLink.from_url(ns.redis_url, ns.prefix)
 
     if ns.state == "redis":
-        shared = RedisFairShareState(link(RedisFairShareState), ns.sync_interval)
+        shared = RedisFairShareState(link(), ns.sync_interval)
         state = shared
     else:
         state = InMemoryFairShareState()
@@ -51,7 +51,7 @@ async def serve(ns: argparse.Namespace) -> int:
     services = app.state.gateway.s
     slots: SharedSlots | None = None
     if ns.shared_slots:
-        slots = SharedSlots(link(SharedSlots), services.catalog.backends)
+        slots = SharedSlots(link(), services.catalog.backends)
     services.gate = CapacityGate(queue, arbiter=slots)
     services.slots = slots if slots is not None else LocalSlots()
     server = InLoopServer(app, log_level="warning")

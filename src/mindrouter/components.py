@@ -29,7 +29,7 @@ from mindrouter.stores.limits import (
     RedisUnavailablePolicy,
     ResilientLimitStore,
 )
-from mindrouter.stores.shared import LocalBreakers, LocalSlots, RedisLink, SharedStore, Sharing
+from mindrouter.stores.shared import LocalBreakers, LocalSlots, RedisLink, Sharing
 from mindrouter.stores.slots import SharedSlots
 
 
@@ -126,15 +126,13 @@ def build_sharing(settings: Settings, catalog: Catalog) -> Sharing:
     if not url:
         return Sharing(InMemoryFairShareState(), LocalSlots(), LocalBreakers())
 
-    def link(store: type[SharedStore]) -> RedisLink:
-        return RedisLink.from_url(url, settings.redis_prefix, connections=store.connections)
+    def link() -> RedisLink:
+        return RedisLink.from_url(url, settings.redis_prefix)
 
-    fairshare = RedisFairShareState(link(RedisFairShareState), settings.fairshare_sync_s)
-    slots = SharedSlots(link(SharedSlots), catalog.backends)
+    fairshare = RedisFairShareState(link(), settings.fairshare_sync_s)
+    slots = SharedSlots(link(), catalog.backends)
     fairshare.contended = lambda: slots.contended
     # The half-open probe may outlast the longest attempt.
     probe_lease = settings.timeouts.total + 10.0
-    breakers = SharedBreakers(
-        link(SharedBreakers), catalog.backends, BreakerTiming(probe_lease=probe_lease)
-    )
+    breakers = SharedBreakers(link(), catalog.backends, BreakerTiming(probe_lease=probe_lease))
     return Sharing(fairshare, slots, breakers, (fairshare, breakers, slots))

@@ -194,6 +194,7 @@ async def test_without_redis_each_process_keeps_its_own_and_catches_up_later(
     await asyncio.sleep(COOLDOWN + 0.05)
     lost.breaker.on_attempt(asyncio.get_running_loop().time())
     assert await down.claim_probe(lost)
+    await down._pipe.aclose()
     await down._client.aclose()
 
     # The same events, kept, reach Redis through a process that can reach it.

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from mindrouter.routing.breaker import Unsent
 from mindrouter.routing.catalog import BackendState
 from mindrouter.stores.redis_client import text_of
+from mindrouter.stores.redis_pipe import Script
 from mindrouter.stores.shared import RedisLink, SharedStore, StoreWords
 
 _TTL_S = 86_400
@@ -120,6 +121,10 @@ class BreakerTiming:
             raise ValueError("interval and probe_lease must be positive")
 
 
+_EXCHANGE_SCRIPT = Script(_EXCHANGE)
+_CLAIM_SCRIPT = Script(_CLAIM)
+
+
 class BreakersUnavailable(Exception):
     """Redis did not complete an exchange or a claim."""
 
@@ -127,8 +132,8 @@ class BreakersUnavailable(Exception):
 class SharedBreakers(SharedStore):
     """The breakers of `backends`, kept in step with every other process through Redis."""
 
-    connections = 4  # the exchange, the claims of several half-open backends, and stop()
     words = StoreWords("breaker:", "breaker", "circuit breakers", "kept locally")
+    scripts = (_EXCHANGE_SCRIPT, _CLAIM_SCRIPT)
 
     def __init__(
         self,
@@ -143,8 +148,6 @@ class SharedBreakers(SharedStore):
         self._set_backends(backends)
         self.idle_interval = max(timing.interval, timing.idle_interval)
         self.probe_lease = timing.probe_lease
-        self._exchange_script = self._client.register_script(_EXCHANGE)
-        self._claim = self._client.register_script(_CLAIM)
 
     def _set_backends(self, backends: Sequence[BackendState]) -> None:
         self._backends = list(backends)
@@ -176,9 +179,10 @@ class SharedBreakers(SharedStore):
         b = backend.breaker
         try:
             async with self._round_trip(BreakersUnavailable):
-                granted = await self._claim(
-                    keys=[self._key_of[backend.name]],
-                    args=[b.threshold, repr(self.probe_lease), _TTL_S, self._me],
+                granted = await self._run(
+                    _CLAIM_SCRIPT,
+                    [self._key_of[backend.name]],
+                    [b.threshold, repr(self.probe_lease), _TTL_S, self._me],
                 )
         except BreakersUnavailable as exc:
             self._outage.failed(str(exc))
@@ -231,7 +235,7 @@ class SharedBreakers(SharedStore):
         for events in taken:
             args += [int(events.reset), events.failures, int(events.release_probe)]
         async with self._round_trip(BreakersUnavailable):
-            reply = await self._exchange_script(keys=self._keys, args=args)
+            reply = await self._run(_EXCHANGE_SCRIPT, self._keys, args)
         values = [text_of(v) for v in reply]
         if len(values) != 4 * len(self._backends):
             raise BreakersUnavailable(f"unexpected reply of {len(values)} values from the script")

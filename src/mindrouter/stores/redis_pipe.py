@@ -27,10 +27,11 @@ them as they do the client's.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import ssl
 from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import Any, cast
 
 import hiredis
 from redis import exceptions as redis_errors
@@ -256,6 +257,34 @@ class PipedRedis:
     def _lost(self, conn: _Connection) -> None:
         if self._conn is conn:
             self._conn = None
+
+
+class Script:
+    """A Lua script run by its SHA1: on a `PipedRedis` that loads it on every connection it
+    opens (its `scripts`), or on a client; a server that lost its script cache (SCRIPT FLUSH)
+    under an open connection is sent the source."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+    async def run(self, client: Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            # redis-py types this command "awaitable or value" (shared with the sync client).
+            await cast(Awaitable[Any], client.script_load(self.source))
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+    def send(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """The script sent on `pipe`: the future of its reply."""
+        return pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
+
+    async def call(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        try:
+            return await pipe.call("EVALSHA", self.sha, len(keys), *keys, *args)
+        except redis_errors.NoScriptError:
+            return await pipe.call("EVAL", self.source, len(keys), *keys, *args)
 
 
 def _pack(args: tuple[Arg, ...]) -> bytes:

@@ -1,8 +1,9 @@
 """What the gateway processes share through Redis besides the limits, built on one scaffold.
 
-    RedisLink    how a shared store reaches Redis: client, key prefix, timeouts, clock
+    RedisLink    how a shared store reaches Redis: connection settings, key prefix, timeouts, clock
     SharedStore  the scaffold of each such store: its link, its id among the processes, the
-                 background exchange (`ExchangeLoop`), the outage log, start and stop
+                 background exchange (`ExchangeLoop`) and the pipelined connection its scripts
+                 run on, the outage log, start and stop
     LocalSlots, LocalBreakers
                  a single process's slot board and breakers: nobody to share with, so they
                  do nothing (their answers are what the process decides alone)
@@ -21,7 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -31,6 +32,7 @@ from mindrouter.scheduling import FairShareState, Standing
 from mindrouter.stores.outage import ExchangeLoop, Outage
 from mindrouter.stores.ports import BreakerBoard, Gate, SlotBoard
 from mindrouter.stores.redis_client import short_timeout_client
+from mindrouter.stores.redis_pipe import PipedRedis, Script
 
 # What a round trip to Redis may raise: the server's refusals, the network's, a timeout.
 _REDIS_ERRORS: tuple[type[Exception], ...] = (redis_errors.RedisError, OSError, TimeoutError)
@@ -65,8 +67,9 @@ end
 
 @dataclass(frozen=True, slots=True)
 class RedisLink:
-    """How a shared store reaches Redis. Give an injected client short socket timeouts and no
-    retries (`from_url` builds one): a retried script would push its writes twice."""
+    """How a shared store reaches Redis: its pipelined connection connects as `client` does
+    (address, TLS, credentials, database); `client` itself sends nothing. A script is never
+    retried on that connection: it would push its writes twice."""
 
     client: Redis
     prefix: str = "mr:"  # of every key the store writes
@@ -76,13 +79,9 @@ class RedisLink:
     clock: Callable[[], float] = time.monotonic
 
     @classmethod
-    def from_url(
-        cls, url: str, prefix: str = "mr:", *, connections: int, timeout_seconds: float = 1.0
-    ) -> RedisLink:
-        """A link owning a client of `connections` connections with short timeouts."""
-        client = short_timeout_client(
-            url, max_connections=connections, timeout_seconds=timeout_seconds
-        )
+    def from_url(cls, url: str, prefix: str = "mr:", *, timeout_seconds: float = 1.0) -> RedisLink:
+        """A link owning a client with short timeouts."""
+        client = short_timeout_client(url, max_connections=1, timeout_seconds=timeout_seconds)
         return cls(client, prefix, timeout=2 * timeout_seconds, owns_client=True)
 
 
@@ -110,11 +109,16 @@ class SharedStore:
     """A store kept in step with the other gateway processes by a background exchange with
     Redis: `sync` is one exchange (True if Redis answered; errors are logged, never raised),
     run every `_pause()` seconds by the loop `start` starts; `stop` stops it, lets the store
-    take its leave (`_leave`: push what is left, withdraw), and closes an owned client. Each
-    store names itself in `words`."""
+    take its leave (`_leave`: push what is left, withdraw), and closes its connection (and an
+    owned client). Each store names itself in `words` and lists its Lua `scripts`.
 
-    connections = 2  # for `RedisLink.from_url`: the exchange, and stop()'s last one
+    The scripts run on a pipelined connection of the store's own (`PipedRedis`, opened as the
+    link's client connects), not through the client's pool: under traffic a store exchanges
+    tens of times a second, and a command through redis-py's client costs about three times as
+    much CPU (its socket timeout starts a task per command)."""
+
     words: ClassVar[StoreWords]
+    scripts: ClassVar[tuple[Script, ...]]
 
     def __init__(self, link: RedisLink, *, interval: float, min_gap: float = 0.0) -> None:
         words = self.words
@@ -122,6 +126,9 @@ class SharedStore:
             raise ValueError(f"the {words.what}'s timeout and retry_after must be positive")
         self._client = link.client
         self._owns_client = link.owns_client
+        self._pipe = PipedRedis.like(
+            link.client, timeout=link.timeout, scripts=[script.source for script in self.scripts]
+        )
         self._prefix = f"{link.prefix}{words.keys}"
         self._clock = link.clock
         self._me = uuid.uuid4().hex  # this process among the others
@@ -165,6 +172,7 @@ class SharedStore:
         try:
             await self._leave()
         finally:
+            await self._pipe.aclose()
             if self._owns_client:
                 await self._client.aclose()
 
@@ -178,15 +186,18 @@ class SharedStore:
     async def _leave(self) -> None:
         raise NotImplementedError
 
+    async def _run(self, script: Script, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        """The script's reply, within `timeout` (the connection is closed if it does not come,
+        and opened again by the next command)."""
+        return await script.call(self._pipe, keys, args)
+
     @contextlib.asynccontextmanager
     async def _round_trip(
         self, error: type[Exception], *also: type[Exception]
     ) -> AsyncIterator[None]:
-        """Bounds a round trip by `timeout`, and translates what Redis raised (and `also`) into
-        the store's own `error`, once."""
+        """Translates what Redis raised (and `also`) into the store's own `error`, once."""
         try:
-            async with asyncio.timeout(self.timeout):
-                yield
+            yield
         except (*_REDIS_ERRORS, *also) as exc:
             raise error(f"{type(exc).__name__}: {exc}") from exc
 

@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from mindrouter.scheduling import FairPolicy, FairQueue, Job
 from mindrouter.stores.fairshare import RedisFairShareState
+from mindrouter.stores.redis_pipe import PipedRedis
 from mindrouter.stores.shared import RedisLink
 
 from .conftest import SharedRedis, open_shared
@@ -197,33 +198,30 @@ async def test_a_batch_sent_again_is_applied_once(redis_shared: SharedRedis) -> 
 
 
 class Cuttable:
-    """A client whose link to Redis can be cut: every command fails as if Redis were down."""
+    """A store's connection whose link to Redis can be cut: every command fails as if Redis
+    were down."""
 
-    def __init__(self, client: Redis) -> None:
-        self.client = client
+    def __init__(self, pipe: PipedRedis) -> None:
+        self.pipe = pipe
         self.down = False
         self.fail_after_run = False
 
-    def _check(self) -> None:
+    async def call(self, *args: Any) -> Any:
         if self.down:
             raise redis_errors.ConnectionError("Error 111 connecting to 127.0.0.1:6379.")
-
-    async def script_load(self, source: str) -> Any:
-        self._check()
-        return await self.client.script_load(source)
-
-    async def evalsha(self, *args: Any) -> Any:
-        self._check()
-        reply = await self.client.evalsha(*args)
+        reply = await self.pipe.call(*args)
         if self.fail_after_run:
             raise redis_errors.TimeoutError("Timeout reading from 127.0.0.1:6379")
         return reply
 
+    async def aclose(self) -> None:
+        await self.pipe.aclose()
+
 
 def cuttable_state(shared: SharedRedis, **kw: Any) -> tuple[RedisFairShareState, Cuttable]:
     state = shared.state(**kw)
-    link = Cuttable(state._client)
-    state._client = link  # type: ignore[assignment]
+    link = Cuttable(state._pipe)
+    state._pipe = link  # type: ignore[assignment]
     return state, link
 
 

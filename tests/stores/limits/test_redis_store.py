@@ -24,7 +24,7 @@ from mindrouter.stores.limits import (
     UsageNotLoaded,
 )
 from mindrouter.stores.limits.lua import ADMIT
-from mindrouter.stores.limits.redis_wire import Script
+from mindrouter.stores.redis_pipe import Script
 
 from .conftest import REDIS_URL, RedisServer
 

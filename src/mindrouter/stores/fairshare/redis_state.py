@@ -55,15 +55,13 @@ script touches keys of several models, which Redis Cluster would reject.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
-
-from redis import exceptions as redis_errors
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from mindrouter.observability.logging import log
 from mindrouter.stores.fairshare import lua
 from mindrouter.stores.fairshare.mirror import Account, Batch, LocalMirror, Pulled
 from mindrouter.stores.redis_client import text_of
+from mindrouter.stores.redis_pipe import Script
 from mindrouter.stores.shared import RedisLink, SharedStore, StoreWords
 
 DEFAULT_SYNC_INTERVAL = 0.05
@@ -74,6 +72,7 @@ DEFAULT_BUSY_INTERVAL = 0.01
 BUSY_MIN_GAP = 0.005
 DEFAULT_IDLE_INTERVAL = 1.0
 _SENDER_TTL_S = 86_400
+_EXCHANGE = Script(lua.EXCHANGE)
 
 
 class FairShareUnavailable(Exception):
@@ -84,15 +83,11 @@ def _num(value: float) -> str:
     return repr(float(value))
 
 
-async def _await(result: Awaitable[Any] | Any) -> Any:
-    # redis-py types its asyncio commands as "awaitable or value" (shared with the sync client).
-    return await cast(Awaitable[Any], result)
-
-
 class RedisFairShareState(SharedStore):
     """`FairShareState` shared through Redis; see the module docstring for the design."""
 
     words = StoreWords("fairshare:", "fair-share", "fair-share counters", "kept locally")
+    scripts = (_EXCHANGE,)
 
     def __init__(
         self,
@@ -117,8 +112,6 @@ class RedisFairShareState(SharedStore):
         # missed exchanges): long against the exchange interval, short against a stream.
         self._pending_ttl_ms = max(2000, int(sync_interval * 40_000))
         self._mirror = LocalMirror(forget_after)
-        self._script = lua.EXCHANGE
-        self._sha: str | None = None
         self._seq = 0
         self._in_doubt: tuple[int, Batch] | None = None  # sent, outcome unknown
         # Whether requests wait for slots in the deployment (set by the composition root).
@@ -274,19 +267,8 @@ class RedisFairShareState(SharedStore):
             for user, value in by_user.items():
                 args += [user, _num(value)]
         async with self._round_trip(FairShareUnavailable):
-            reply = await self._eval(keys, args)
+            reply = await self._run(_EXCHANGE, keys, args)
         return _parse(batch.pull, batch.pull_floors, reply)
-
-    async def _eval(self, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        client = self._client
-        if self._sha is None:
-            self._sha = text_of(await _await(client.script_load(self._script)))
-        try:
-            return await _await(client.evalsha(self._sha, len(keys), *keys, *args))
-        except redis_errors.NoScriptError:
-            # The server lost its script cache (restart, SCRIPT FLUSH, failover).
-            self._sha = text_of(await _await(client.script_load(self._script)))
-            return await _await(client.evalsha(self._sha, len(keys), *keys, *args))
 
 
 def _parse(pull: list[Account], pull_floors: list[str], reply: Sequence[object]) -> Pulled:

@@ -7,7 +7,7 @@ at shutdown once more before `close()`; `seed()` loads the persisted usage at st
 
     MemoryLimitStore      one process (the embedded default, and the fail-open fallback)
     RedisLimitStore       exact across processes and replicas: one Lua script per admit/settle
-                          (`redis_wire.py`: its scripts, error translation and replies)
+                          (`redis_wire.py`: error translation, numbers and replies)
     ResilientLimitStore   RedisLimitStore plus the policy for when Redis is unreachable
 """
 

@@ -49,7 +49,6 @@ from mindrouter.stores.limits.model import (
     validate_tokens,
 )
 from mindrouter.stores.limits.redis_wire import (
-    Script,
     await_,
     num,
     parse_snapshot,
@@ -58,7 +57,7 @@ from mindrouter.stores.limits.redis_wire import (
     unavailable_on_redis_errors,
 )
 from mindrouter.stores.redis_client import short_timeout_client, text_of
-from mindrouter.stores.redis_pipe import PipedRedis
+from mindrouter.stores.redis_pipe import PipedRedis, Script
 
 # Garbage collection only (Redis's own clock); the scripts decide expiry by the caller's `now`.
 _TTL_SLACK_MS = 60_000

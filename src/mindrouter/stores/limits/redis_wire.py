@@ -1,5 +1,5 @@
-"""How the limit store speaks to Redis: its scripts by SHA, Redis's errors as the store raises
-them, numbers on the wire, and the usage view's reply.
+"""How the limit store speaks to Redis: Redis's errors as the store raises them, numbers on the
+wire, and the usage view's reply.
 
 Redis connection and timeout errors become `LimitStoreUnavailable` (an `Overloaded`) here, the
 one place they are translated; an exhausted client pool is the store being busy, not Redis
@@ -9,7 +9,6 @@ being away.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -20,7 +19,6 @@ from redis.asyncio import Redis
 from mindrouter.errors import Overloaded
 from mindrouter.stores.limits.model import LimitStoreUnavailable, UsageSnapshot
 from mindrouter.stores.redis_client import text_of
-from mindrouter.stores.redis_pipe import PipedRedis
 
 
 @asynccontextmanager
@@ -61,31 +59,6 @@ def num(value: float) -> str:
 async def await_(result: Awaitable[Any] | Any) -> Any:
     # redis-py types its asyncio commands as "awaitable or value" (shared with the sync client).
     return await cast(Awaitable[Any], result)
-
-
-class Script:
-    """A Lua script run by its SHA1, loaded on the first NOSCRIPT."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
-
-    async def run(self, client: Redis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        try:
-            return await await_(client.evalsha(self.sha, len(keys), *keys, *args))
-        except redis_errors.NoScriptError:
-            await await_(client.script_load(self.source))
-            return await await_(client.evalsha(self.sha, len(keys), *keys, *args))
-
-    def send(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        """The script sent on `pipe` (loaded there when it opened): the future of its reply."""
-        return pipe.send("EVALSHA", self.sha, len(keys), *keys, *args)
-
-    async def call(self, pipe: PipedRedis, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        try:
-            return await pipe.call("EVALSHA", self.sha, len(keys), *keys, *args)
-        except redis_errors.NoScriptError:
-            return await pipe.call("EVAL", self.source, len(keys), *keys, *args)
 
 
 def parse_snapshot(user: str, reply: Sequence[object]) -> UsageSnapshot | None:

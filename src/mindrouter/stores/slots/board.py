@@ -65,11 +65,13 @@ from mindrouter.routing.catalog import BackendState
 from mindrouter.scheduling import Standing
 from mindrouter.stores.ports import Gate
 from mindrouter.stores.redis_client import text_of
+from mindrouter.stores.redis_pipe import Script
 from mindrouter.stores.shared import RedisLink, SharedStore, StoreWords
 from mindrouter.stores.slots import lua
 from mindrouter.stores.slots.division import best_by_model, order, part, turns
 
 _HANDOVER_TURNS = 8  # event-loop turns an exchange waits for a chosen waiter to take its slot
+_EXCHANGE = Script(lua.EXCHANGE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ class SharedSlots(SharedStore):
 
     shared = True
     words = StoreWords("slots:", "slot board", "backend slots", "counted per process")
+    scripts = (_EXCHANGE,)
 
     def __init__(
         self, link: RedisLink, backends: Sequence[BackendState], timing: SlotTiming = SlotTiming()
@@ -113,7 +116,6 @@ class SharedSlots(SharedStore):
         self.min_gap = timing.min_gap
         self.defer_limit = timing.defer_limit
         self.ttl = timing.ttl
-        self._script = self._client.register_script(lua.EXCHANGE)
         self._gate: Gate | None = None
         self._others_best: dict[str, tuple[Standing, str]] = {}  # model -> (best, whose)
         self._mine_best: dict[str, Standing] = {}
@@ -290,7 +292,7 @@ class SharedSlots(SharedStore):
             publish=publish,
         )
         async with self._round_trip(SlotsUnavailable, lua.UnreadableReply):
-            reply = await self._script(keys=[], args=args)
+            reply = await self._run(_EXCHANGE, [], args)
             return lua.parse([text_of(v) for v in reply])
 
 
