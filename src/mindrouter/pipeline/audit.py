@@ -125,14 +125,12 @@ class AuditRecord:
         cancelled meanwhile leaves the commit under way, so that its outcome can follow."""
         await asyncio.shield(self.begun)
 
-    async def _committed_uuid(self) -> str | None:
-        """The committed record's id, once its commit has ended; None if it failed."""
+    async def _committed(self) -> bool:
+        """Whether the record's start was committed, once its commit has ended."""
         begin = self.begun
         with contextlib.suppress(BaseException):
             await asyncio.shield(begin)
-        if not begin.done() or begin.cancelled() or begin.exception() is not None:
-            return None
-        return self.start.uuid
+        return begin.done() and not begin.cancelled() and begin.exception() is None
 
     async def complete(
         self,
@@ -150,8 +148,7 @@ class AuditRecord:
         s = self.s
         if s.recovery is not None:
             s.recovery.untrack(self.start.uuid, self.slot)
-        uuid = await self._committed_uuid()
-        if uuid is None:
+        if not await self._committed():
             return
         used_in = usage.input_tokens if usage else 0
         used_out = usage.output_tokens if usage else 0
@@ -159,7 +156,7 @@ class AuditRecord:
         now = s.clock()
         first = ctx.first_token_at
         s.audit.complete(
-            uuid,
+            self.start.uuid,
             AuditOutcome(
                 status=status,
                 output=output,

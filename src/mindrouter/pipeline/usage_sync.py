@@ -56,27 +56,28 @@ class UsageSync:
         return user_id in self._seeded
 
     async def ensure_seeded(self, user_id: int) -> None:
+        # A first load needs no wait for charges: this process has served the user nothing yet.
         if user_id not in self._seeded:
-            await self._load(user_id, reloading=False)
+            await self._load(user_id)
 
     async def reload(self, user_id: int) -> None:
-        """The limit store lost the user's usage: load it again, whatever this process did."""
+        """The limit store lost the user's usage: load it again, whatever this process did,
+        once the charges this process has queued are in the ledger."""
         self.reloads += 1
-        await self._load(user_id, reloading=True)
+        if not await self._charged(CHARGES_WAIT_S):
+            log.warning("usage reloaded before this process's last charges were written")
+        await self._load(user_id)
 
-    async def _load(self, user_id: int, reloading: bool) -> None:
+    async def _load(self, user_id: int) -> None:
         # One load per user even when a burst of their requests arrives at once.
         task = self._seeding.get(user_id)
         if task is None:
-            task = asyncio.ensure_future(self._seed(user_id, reloading))
+            task = asyncio.ensure_future(self._seed(user_id))
             self._seeding[user_id] = task
             task.add_done_callback(lambda _: self._seeding.pop(user_id, None))
         await asyncio.shield(task)
 
-    async def _seed(self, user_id: int, reloading: bool) -> None:
-        # A first load needs no wait: this process has served the user nothing yet.
-        if reloading and not await self._charged(CHARGES_WAIT_S):
-            log.warning("usage reloaded before this process's last charges were written")
+    async def _seed(self, user_id: int) -> None:
         now = self._wall()
         counters = await self._ledger.get_usage(user_id)
         # A store that lost its data also rebuilds the user's last minute of admissions and
