@@ -169,9 +169,12 @@ class UpstreamStream:
         assert conn is not None
         self._stop_watch()
         try:
-            async with asyncio.timeout(DRAIN_SECONDS):
-                while await conn.read():
-                    pass
+            if conn.complete and conn.error is None:
+                conn.take()  # the usual case: the body has ended, nothing to wait for
+            else:
+                async with asyncio.timeout(DRAIN_SECONDS):
+                    while await conn.read():
+                        pass
         except CLIENT_FAILURES:
             return
         self._finished = True
