@@ -88,61 +88,45 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Family(
-            Counter(
-                "mindrouter_requests",
-                "requests finished, by outcome",
-                ["dialect", "model", "backend", "status"],
-                registry=r,
-            )
+
+        def counter(name: str, doc: str, labels: list[str]) -> Family[Counter]:
+            return Family(Counter(name, doc, labels, registry=r))
+
+        def histogram(
+            name: str, doc: str, labels: list[str], buckets: tuple[float, ...] = LATENCY_BUCKETS
+        ) -> Family[Histogram]:
+            return Family(Histogram(name, doc, labels, buckets=buckets, registry=r))
+
+        self.requests = counter(
+            "mindrouter_requests",
+            "requests finished, by outcome",
+            ["dialect", "model", "backend", "status"],
         )
-        self.errors = Family(
-            Counter(
-                "mindrouter_request_errors",
-                "requests that failed, by error kind",
-                ["dialect", "model", "kind"],
-                registry=r,
-            )
+        self.errors = counter(
+            "mindrouter_request_errors",
+            "requests that failed, by error kind",
+            ["dialect", "model", "kind"],
         )
-        self.latency = Family(
-            Histogram(
-                "mindrouter_request_duration_seconds",
-                "time from receipt to the last byte",
-                ["dialect", "model"],
-                buckets=LATENCY_BUCKETS,
-                registry=r,
-            )
+        self.latency = histogram(
+            "mindrouter_request_duration_seconds",
+            "time from receipt to the last byte",
+            ["dialect", "model"],
         )
-        self.ttft = Family(
-            Histogram(
-                "mindrouter_time_to_first_token_seconds",
-                "time from receipt to the first token",
-                ["model", "backend"],
-                buckets=LATENCY_BUCKETS,
-                registry=r,
-            )
+        self.ttft = histogram(
+            "mindrouter_time_to_first_token_seconds",
+            "time from receipt to the first token",
+            ["model", "backend"],
         )
-        self.queue_wait = Family(
-            Histogram(
-                "mindrouter_queue_wait_seconds",
-                "time spent waiting for capacity",
-                ["model"],
-                buckets=LATENCY_BUCKETS,
-                registry=r,
-            )
+        self.queue_wait = histogram(
+            "mindrouter_queue_wait_seconds", "time spent waiting for capacity", ["model"]
         )
-        self.tokens = Family(
-            Counter("mindrouter_tokens", "tokens accounted", ["model", "direction"], registry=r)
-        )
-        self.overhead = Family(
-            Histogram(
-                "mindrouter_gateway_overhead_seconds",
-                "time the gateway itself spent before handing the request to a backend "
-                "(queue wait excluded)",
-                ["dialect"],
-                buckets=OVERHEAD_BUCKETS,
-                registry=r,
-            )
+        self.tokens = counter("mindrouter_tokens", "tokens accounted", ["model", "direction"])
+        self.overhead = histogram(
+            "mindrouter_gateway_overhead_seconds",
+            "time the gateway itself spent before handing the request to a backend "
+            "(queue wait excluded)",
+            ["dialect"],
+            buckets=OVERHEAD_BUCKETS,
         )
         self.limits_degraded = Counter(
             "mindrouter_limits_degraded",
