@@ -179,8 +179,8 @@ class SharedBreakers(SharedStore):
         b = backend.breaker
         try:
             async with self._round_trip(BreakersUnavailable):
-                granted = await self._run(
-                    _CLAIM_SCRIPT,
+                granted = await _CLAIM_SCRIPT.call(
+                    self._pipe,
                     [self._key_of[backend.name]],
                     [b.threshold, repr(self.probe_lease), _TTL_S, self._me],
                 )
@@ -235,7 +235,7 @@ class SharedBreakers(SharedStore):
         for events in taken:
             args += [int(events.reset), events.failures, int(events.release_probe)]
         async with self._round_trip(BreakersUnavailable):
-            reply = await self._run(_EXCHANGE_SCRIPT, self._keys, args)
+            reply = await _EXCHANGE_SCRIPT.call(self._pipe, self._keys, args)
         values = [text_of(v) for v in reply]
         if len(values) != 4 * len(self._backends):
             raise BreakersUnavailable(f"unexpected reply of {len(values)} values from the script")

@@ -108,8 +108,8 @@ def _error_of(reply: redis_errors.ResponseError) -> redis_errors.ResponseError:
 
 
 class PipedRedis:
-    """A pipelined connection (see the module doc). `scripts` are Lua sources loaded on every
-    connection opened, before any command is sent on it."""
+    """A pipelined connection (see the module doc). `scripts` are loaded on every connection
+    opened, before any command is sent on it."""
 
     def __init__(
         self,
@@ -118,7 +118,7 @@ class PipedRedis:
         unix: bool = False,
         tls: bool = False,
         timeout: float = 1.0,
-        scripts: Iterable[str] = (),
+        scripts: Iterable[Script] = (),
     ) -> None:
         if not timeout > 0:
             raise ValueError("the timeout must be positive")
@@ -133,7 +133,7 @@ class PipedRedis:
         self.connects = 0
 
     @classmethod
-    def like(cls, client: Redis, *, timeout: float, scripts: Iterable[str] = ()) -> PipedRedis:
+    def like(cls, client: Redis, *, timeout: float, scripts: Iterable[Script] = ()) -> PipedRedis:
         """A connection to the server `client` connects to, as it connects (address, TLS,
         credentials, database)."""
         pool = client.connection_pool
@@ -251,7 +251,7 @@ class PipedRedis:
             commands.append(("AUTH", user, kw["password"]) if user else ("AUTH", kw["password"]))
         if int(kw.get("db") or 0):
             commands.append(("SELECT", int(kw["db"])))
-        commands += [("SCRIPT", "LOAD", source) for source in self._scripts]
+        commands += [("SCRIPT", "LOAD", script.source) for script in self._scripts]
         return [_pack(c) for c in commands]
 
     def _drop(self, error: Exception) -> None:

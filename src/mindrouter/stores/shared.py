@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -126,9 +126,7 @@ class SharedStore:
             raise ValueError(f"the {words.what}'s timeout and retry_after must be positive")
         self._client = link.client
         self._owns_client = link.owns_client
-        self._pipe = PipedRedis.like(
-            link.client, timeout=link.timeout, scripts=[script.source for script in self.scripts]
-        )
+        self._pipe = PipedRedis.like(link.client, timeout=link.timeout, scripts=self.scripts)
         self._prefix = f"{link.prefix}{words.keys}"
         self._clock = link.clock
         self._me = uuid.uuid4().hex  # this process among the others
@@ -185,11 +183,6 @@ class SharedStore:
 
     async def _leave(self) -> None:
         raise NotImplementedError
-
-    async def _run(self, script: Script, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        """The script's reply, within `timeout` (the connection is closed if it does not come,
-        and opened again by the next command)."""
-        return await script.call(self._pipe, keys, args)
 
     @contextlib.asynccontextmanager
     async def _round_trip(

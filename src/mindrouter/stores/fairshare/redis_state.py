@@ -267,7 +267,7 @@ class RedisFairShareState(SharedStore):
             for user, value in by_user.items():
                 args += [user, _num(value)]
         async with self._round_trip(FairShareUnavailable):
-            reply = await self._run(_EXCHANGE, keys, args)
+            reply = await _EXCHANGE.call(self._pipe, keys, args)
         return _parse(batch.pull, batch.pull_floors, reply)
 
 

@@ -93,10 +93,7 @@ class RedisLimitStore:
         self._pipe = PipedRedis.like(
             client,
             timeout=timeout,
-            scripts=(
-                s.source
-                for s in (self._admit, self._settle, self._snapshot, self._seed, self._renew)
-            ),
+            scripts=(self._admit, self._settle, self._snapshot, self._seed, self._renew),
         )
         # Lease ids: unique across processes (the random part) and cheap per request (the count).
         self._lease_ids = map(f"{uuid4().hex[:16]}-{{:x}}".format, itertools.count())

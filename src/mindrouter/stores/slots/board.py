@@ -292,7 +292,7 @@ class SharedSlots(SharedStore):
             publish=publish,
         )
         async with self._round_trip(SlotsUnavailable, lua.UnreadableReply):
-            reply = await self._run(_EXCHANGE, [], args)
+            reply = await _EXCHANGE.call(self._pipe, [], args)
             return lua.parse([text_of(v) for v in reply])
 
 
