@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ import redis
 import yaml
 from sqlalchemy.engine import make_url
 
+from bench.ports import free_port
 from mindrouter.identity.keys import KeyHasher
 from mindrouter.stores.sql import SqlStores, open_stores
 
@@ -44,12 +44,6 @@ CLI = [sys.executable, "-m", "mindrouter.cli"]
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 10.0
 _LISTENING = re.compile(r"MindRouter listening on (http://\S+)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_config(path: Path, config: dict[str, Any]) -> Path:

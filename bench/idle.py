@@ -31,9 +31,9 @@ from bench.overhead.targets import (
     _redis_delete,
     _spawn,
     _wait_ready,
-    free_port,
     pg_transactions,
 )
+from bench.ports import free_port
 
 MODEL = "idle-model"
 

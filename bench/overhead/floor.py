@@ -34,9 +34,9 @@ from bench.overhead.targets import (
     Server,
     _spawn,
     _wait_ready,
-    free_port,
     start_mock,
 )
+from bench.ports import free_port
 
 RESULTS = REPO / "bench" / "results"
 

@@ -35,6 +35,7 @@ from bench.overhead import run, targets
 from bench.overhead.bodies import chat_body
 from bench.overhead.client import Pool, closed_loop, post
 from bench.overhead.output import RESULTS
+from bench.ports import free_port
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
@@ -186,7 +187,7 @@ async def main(levels: list[int], duration: float) -> int:
         for streams in levels:
             rows.append(("direct", streams, await _measure(mock.port, streams, duration)))
             for mode in ("passthrough", "decode"):
-                port = targets.free_port()
+                port = free_port()
                 argv = [sys.executable, "-m", "bench.overhead.floor_streams", "--serve"]
                 argv += [str(port), str(mock.port), *(["--decode"] if mode == "decode" else [])]
                 proc = targets._spawn(

@@ -16,8 +16,8 @@ from bench.overhead.targets import (
     Server,
     _spawn,
     _wait_ready,
-    free_port,
 )
+from bench.ports import free_port
 
 
 async def start_litellm(

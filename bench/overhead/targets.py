@@ -24,6 +24,7 @@ from uuid import uuid4
 import yaml
 
 from bench.overhead.client import get
+from bench.ports import free_port
 
 HOST = "127.0.0.1"
 MODEL = "bench-model"
@@ -34,14 +35,6 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 def _tree(pid: int) -> list[int]:

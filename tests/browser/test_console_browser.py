@@ -16,8 +16,9 @@ from typing import Any
 
 import openai
 import pytest
+from bench.ports import free_port
 
-from tests.browser.conftest import OidcProvider, free_port
+from tests.browser.conftest import OidcProvider
 from tests.console.stack import PASSWORD, ConsoleStack, start_console_stack
 
 pytestmark = pytest.mark.browser

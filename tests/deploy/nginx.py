@@ -36,13 +36,6 @@ def nginx_binary() -> str:
     return found
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def example_read_timeout_s() -> float:
     (value,) = re.findall(r"^\s*proxy_read_timeout (\d+)s;", EXAMPLE.read_text(), re.MULTILINE)
     return float(value)

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from bench.ports import free_ports
 
 from mindrouter.app import build_app
 from mindrouter.serving import ThreadServer
@@ -44,7 +45,6 @@ from .nginx import (
     NGINX_DEFAULT_READ_TIMEOUT_S,
     Ports,
     example_read_timeout_s,
-    free_port,
     running_nginx,
     self_signed_certificate,
     site_config,
@@ -184,7 +184,7 @@ def sites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Site]]
             gateway = ThreadServer(build_app(settings)).start()
             stack.callback(gateway.stop)
             warm_up(gateway.url, key)
-            ports = Ports(free_port(), free_port())
+            ports = Ports(*free_ports(2))
             text = site_config(
                 gateway=f"127.0.0.1:{gateway.port}",
                 ports=ports,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from bench.ports import free_port
 
 from mindrouter.app import build_app
 from mindrouter.observability.logging import configure_logging
@@ -144,13 +144,6 @@ def realmodel_env() -> RealModelEnv:
             pytrace=False,
         )
     return RealModelEnv(server, gguf)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _wait_healthy(server: LlamaServer) -> None:
