@@ -26,8 +26,9 @@ behind Sentinel): the scripts also touch the shared `dirty` set, which Redis Clu
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from uuid import uuid4
 
@@ -221,22 +222,9 @@ class RedisLimitStore:
         ]
         sent = self._settle.send(self._pipe, keys, args)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def answered(reply: asyncio.Future[Any]) -> None:
-            if reply.cancelled():
-                done.set_exception(LimitStoreUnavailable("settling limits was cancelled"))
-                return
-            exc = reply.exception()
-            if isinstance(exc, redis_errors.NoScriptError):
-                # The script cache was flushed under the open connection: sent whole, later.
-                retry = asyncio.ensure_future(self._settle.call(self._pipe, keys, args))
-                retry.add_done_callback(answered)
-            elif exc is not None:
-                done.set_exception(unavailable(exc))
-            else:
-                done.set_result(None)
-
-        sent.add_done_callback(answered)
+        sent.add_done_callback(
+            functools.partial(_settled, done, lambda: self._settle.call(self._pipe, keys, args))
+        )
         return done
 
     async def renew(self, tickets: Sequence[Ticket], now: float) -> None:
@@ -325,3 +313,25 @@ class RedisLimitStore:
         await self._pipe.aclose()  # the settlements still due are answered first
         if self._owns_client:
             await self._client.aclose()
+
+
+def _settled(
+    done: asyncio.Future[None],
+    resend: Callable[[], Awaitable[Any]] | None,
+    reply: asyncio.Future[Any],
+) -> None:
+    """Passes a settlement's reply on to `done`. Redis's script cache flushed under the open
+    connection: sent once more whole (`resend`), whose reply then goes to `done`. A module
+    function, not a closure that names itself for the retry: that loop would leave every
+    settlement's future to the collector."""
+    if reply.cancelled():
+        done.set_exception(LimitStoreUnavailable("settling limits was cancelled"))
+        return
+    exc = reply.exception()
+    if isinstance(exc, redis_errors.NoScriptError) and resend is not None:
+        retry = asyncio.ensure_future(resend())
+        retry.add_done_callback(functools.partial(_settled, done, None))
+    elif exc is not None:
+        done.set_exception(unavailable(exc))
+    else:
+        done.set_result(None)
