@@ -121,6 +121,22 @@ _mr_profiler.enable()
 _mr_atexit.register(lambda: _mr_profiler.dump_stats(f"/tmp/mindrouter-{_mr_os.getpid()}.pstats"))
 """
 
+
+def _alongside(coroutine: str) -> str:
+    """Code that runs the instrument's `coroutine()` in the gateway's event loop beside the
+    server (the prelude runs before the loop exists)."""
+    return f"""
+_mr_run = _mr_cli._event_loop_runner()
+async def _mr_beside(coro):
+    task = _mr_asyncio.ensure_future({coroutine}())
+    try:
+        return await coro
+    finally:
+        task.cancel()
+_mr_cli._event_loop_runner = lambda: (lambda coro: _mr_run(_mr_beside(coro)))
+"""
+
+
 # Not a candidate but an instrument: how often and how long the event loop stalls, and the
 # collector's share in it. From 13 s after the start, a timer every millisecond notes how late
 # it ran, and the collector's pauses are timed by generation; into /tmp/stalls-<pid>.txt at exit.
@@ -161,15 +177,7 @@ def _mr_dump():
     with open(f"/tmp/stalls-{_mr_os.getpid()}.txt", "w") as f:
         f.write("\\n".join(lines) + "\\n")
 _mr_atexit.register(_mr_dump)
-_mr_run = _mr_cli._event_loop_runner()
-async def _mr_with_heart(coro):
-    task = _mr_asyncio.ensure_future(_mr_heart())
-    try:
-        return await coro
-    finally:
-        task.cancel()
-_mr_cli._event_loop_runner = lambda: (lambda coro: _mr_run(_mr_with_heart(coro)))
-"""
+""" + _alongside("_mr_heart")
 
 # Not a candidate but an instrument: the garbage only the collector can free (objects in
 # reference cycles). 18 s after the start, one full collection keeping what it finds
@@ -221,15 +229,7 @@ async def _mr_cycles():
     with open(f"/tmp/cycles-{_mr_os.getpid()}.txt", "w") as f:
         f.write("\\n".join(lines) + "\\n")
     del garbage
-_mr_run = _mr_cli._event_loop_runner()
-async def _mr_with_cycles(coro):
-    task = _mr_asyncio.ensure_future(_mr_cycles())
-    try:
-        return await coro
-    finally:
-        task.cancel()
-_mr_cli._event_loop_runner = lambda: (lambda coro: _mr_run(_mr_with_cycles(coro)))
-"""
+""" + _alongside("_mr_cycles")
 
 # Changes measured this way and since made in src/ (uvloop, hiredis, FastAPI's telemetry off,
 # the hot routes first, the audit pool without pre-ping, outcomes gathered for 50 ms, the
