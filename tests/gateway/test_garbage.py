@@ -4,9 +4,10 @@ Objects caught in a reference loop outlive their request until the collector fin
 a stream's, alive through several of its young-generation passes, are promoted to the oldest
 generation: under a few hundred concurrent streams they piled up there by the tens of
 thousands, and the full passes that freed them stopped the event loop for tens of
-milliseconds (every stream's chunks held behind). The request's own objects (the server's
-response cycle, the request context, the disconnect watch) must go when the request ends,
-freed by their reference counts alone.
+milliseconds (every stream's chunks held behind). What a request makes in the gateway, its
+server and its framework (the server's response cycle, the request context, the disconnect
+watch, their closures and coroutines) must go when the request ends, freed by their reference
+counts alone: checked for each dialect's generation route, whole and streamed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import pytest
 
 from tests.gateway.stack import Stack, start_stack
 
-PER_REQUEST = {"RequestResponseCycle", "RequestContext", "_Watch", "Flight"}
+# Whose objects a request makes: the gateway's own, and the server's and framework's under it.
+PACKAGES = ("mindrouter", "uvicorn", "starlette")
 
 
 @pytest.fixture(scope="module")
@@ -30,31 +32,56 @@ def stack() -> Iterator[Stack]:
     s.close()
 
 
+def _owner(o: object) -> str:
+    """The module that made `o`: its class's, or its code's for a function or a coroutine."""
+    code = (
+        getattr(o, "__code__", None) or getattr(o, "cr_code", None) or getattr(o, "ag_code", None)
+    )
+    if code is not None:
+        return str(getattr(o, "__module__", None) or code.co_filename)
+    return type(o).__module__
+
+
 def _cyclic_garbage() -> list[str]:
-    """The per-request objects that only a collection would free now."""
+    """What the gateway, its server and its framework made that only a collection would free."""
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         gc.collect()
-        return [type(o).__name__ for o in gc.garbage if type(o).__name__ in PER_REQUEST]
+        return [
+            f"{type(o).__qualname__} ({_owner(o)})"
+            for o in gc.garbage
+            if any(p in _owner(o) for p in PACKAGES)
+        ]
     finally:
         gc.garbage.clear()
         gc.set_debug(0)
 
 
+MESSAGES = [{"role": "user", "content": "Hello"}]
+# One generation route per dialect: (path, body without `stream`).
+ROUTES = {
+    "openai": ("/v1/chat/completions", {"model": "chat-openai", "messages": MESSAGES}),
+    "anthropic": (
+        "/v1/messages",
+        {"model": "chat-vllm", "max_tokens": 8, "messages": MESSAGES},
+    ),
+    "ollama": ("/api/chat", {"model": "chat-ollama", "messages": MESSAGES}),
+    "responses": ("/v1/responses", {"model": "chat-llamacpp", "input": "Hello"}),
+}
+
+
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_request_leaves_nothing_for_the_collector(stack: Stack, stream: bool) -> None:
+@pytest.mark.parametrize("dialect", sorted(ROUTES))
+def test_a_request_leaves_nothing_for_the_collector(
+    stack: Stack, dialect: str, stream: bool
+) -> None:
     gc.collect()  # what the test run left so far
-    body = {
-        "model": "chat-openai",
-        "messages": [{"role": "user", "content": "Hello"}],
-        "stream": stream,
-        "max_tokens": 8,
-    }
+    path, body = ROUTES[dialect]
     # New connections each time: the protocol of a kept-alive one still holds its last cycle.
     for _ in range(4):
         with httpx.Client(base_url=stack.url, headers=stack.auth) as client:
-            r = client.post("/v1/chat/completions", json=body)
-            assert r.status_code == 200
+            r = client.post(path, json={**body, "stream": stream})
+            assert r.status_code == 200, r.text
             assert r.text
     # The server's task ends just after the client has read the end of the response.
     time.sleep(0.3)
