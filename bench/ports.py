@@ -6,8 +6,8 @@ import contextlib
 import socket
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports that were free a moment ago.
+def free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports that were free a moment ago.
 
     Every socket stays bound until all are picked: the kernel can hand out a port again as
     soon as the socket that held it closes, so ports taken one at a time may coincide.
@@ -16,10 +16,10 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
         ports = []
         for _ in range(count):
             s = stack.enter_context(socket.socket())
-            s.bind((host, 0))
+            s.bind(("127.0.0.1", 0))
             ports.append(int(s.getsockname()[1]))
         return ports
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    return free_ports(1, host)[0]
+def free_port() -> int:
+    return free_ports(1)[0]

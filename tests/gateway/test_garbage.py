@@ -13,16 +13,25 @@ counts alone: checked for each dialect's generation route, whole and streamed.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
+import starlette
+import uvicorn
 
+import mindrouter
 from tests.gateway.stack import Stack, start_stack
 
 # Whose objects a request makes: the gateway's own, and the server's and framework's under it.
-PACKAGES = ("mindrouter", "uvicorn", "starlette")
+PACKAGES = (mindrouter, starlette, uvicorn)
+_NAMES = tuple(package.__name__ for package in PACKAGES)
+# By directory, not by a name in the path: a checkout may well sit in a folder named after the
+# project, and the test run's own objects would then count as the gateway's.
+_ROOTS = tuple(os.path.dirname(package.__file__ or "") + os.sep for package in PACKAGES)
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +41,15 @@ def stack() -> Iterator[Stack]:
     s.close()
 
 
-def _owner(o: object) -> str:
-    """The module that made `o`: its class's, or its code's for a function or a coroutine."""
-    code = (
-        getattr(o, "__code__", None) or getattr(o, "cr_code", None) or getattr(o, "ag_code", None)
-    )
+def _made_by(o: object) -> str | None:
+    """Where `o` comes from, if one of the packages made it: its code's file for a function,
+    a method or a coroutine, its class's module otherwise."""
+    code = getattr(o, "__code__", None)  # functions, and methods through their function
+    code = code or getattr(o, "cr_code", None) or getattr(o, "ag_code", None)
     if code is not None:
-        return str(getattr(o, "__module__", None) or code.co_filename)
-    return type(o).__module__
+        return code.co_filename if code.co_filename.startswith(_ROOTS) else None
+    module = type(o).__module__
+    return module if module.split(".")[0] in _NAMES else None
 
 
 def _cyclic_garbage() -> list[str]:
@@ -47,11 +57,7 @@ def _cyclic_garbage() -> list[str]:
     gc.set_debug(gc.DEBUG_SAVEALL)
     try:
         gc.collect()
-        return [
-            f"{type(o).__qualname__} ({_owner(o)})"
-            for o in gc.garbage
-            if any(p in _owner(o) for p in PACKAGES)
-        ]
+        return [f"{type(o).__qualname__} ({where})" for o in gc.garbage if (where := _made_by(o))]
     finally:
         gc.garbage.clear()
         gc.set_debug(0)
@@ -59,7 +65,7 @@ def _cyclic_garbage() -> list[str]:
 
 MESSAGES = [{"role": "user", "content": "Hello"}]
 # One generation route per dialect: (path, body without `stream`).
-ROUTES = {
+ROUTES: dict[str, tuple[str, dict[str, Any]]] = {
     "openai": ("/v1/chat/completions", {"model": "chat-openai", "messages": MESSAGES}),
     "anthropic": (
         "/v1/messages",
