@@ -2,7 +2,9 @@
 
 The app is a Starlette app: the inference routes of every dialect, the probes, the usage and
 routing views and the console, under the gateway's own two middlewares (`CancelOnDisconnect`
-outside, `Edge` inside) and its error handlers. A request no route of it matches goes to the
+outside, `Edge` inside, and within the edge `ExactRoutes`, which hands a request for a fixed
+path to its endpoint without Starlette's router and exception layers) and its error handlers.
+A request no route of it matches goes to the
 routes of the admin REST API, built with FastAPI (pydantic bodies, the OpenAPI document), which
 answer unknown paths too. FastAPI's app would add middleware of its own to every request (a
 body-size limit, exception telemetry, an exit stack for uploaded files); the inference routes
@@ -36,6 +38,7 @@ from mindrouter.http.anthropic_routes import anthropic_routes
 from mindrouter.http.common import TrustedProxies, json_response, new_context
 from mindrouter.http.connections import ConnectionPolicy
 from mindrouter.http.disconnect import CancelOnDisconnect
+from mindrouter.http.dispatch import ExactRoutes
 from mindrouter.http.edge import Edge, MetricsPortEdge
 from mindrouter.http.errors import dialect_for_path, error_response, request_id_of
 from mindrouter.http.ollama_routes import ollama_routes
@@ -300,6 +303,8 @@ def _edge(
         max_per_address=settings.max_connections_per_client,
         exempt=trusted.__contains__,
     )
+    # Innermost of the gateway's layers: the edge's checks come first.
+    app.add_middleware(ExactRoutes, routes=app.router.routes, handlers=app.exception_handlers)
     app.add_middleware(
         Edge,
         authenticator=authenticator,
