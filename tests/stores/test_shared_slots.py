@@ -344,15 +344,33 @@ async def test_an_idle_process_exchanges_less_often_and_at_once_when_a_request_c
     start = a.board.exchanges
     await asyncio.sleep(0.6)
     idle = a.board.exchanges - start
-    before = a.board.exchanges
     a.gpu1.in_flight = 1
-    a.board.changed(a.gpu1)  # the idle pause has outlasted `interval`: exchange now
-    await asyncio.sleep(0)
-    await asyncio.sleep(0.01)
-    assert a.board.exchanges > before
+    a.board.changed(a.gpu1)
     start = a.board.exchanges
     await asyncio.sleep(0.6)
     busy = a.board.exchanges - start
     print(f"\nexchanges in 0.6 s: idle {idle}, one request open {busy}")
     assert idle >= 1
     assert busy >= 3 * idle
+
+
+async def test_the_first_request_after_a_long_idle_pause_is_exchanged_at_once(
+    deployment: Deployment,
+) -> None:
+    # The idle pause is far longer than the test waits: only the request can cause the exchange.
+    a = deployment.process(interval=0.02, idle_interval=60.0, ttl=600.0)
+    await a.board.start()
+    await exchanged(a.board, 1)  # the first, at the start
+    await asyncio.sleep(0.05)  # the idle pause has now outlasted `interval`
+    a.gpu1.in_flight = 1
+    a.board.changed(a.gpu1)
+    await exchanged(a.board, 2)
+
+
+async def exchanged(board: SharedSlots, n: int) -> None:
+    """Waits for the board's `n`th exchange: 5 s at most, far inside the test's idle pause."""
+    for _ in range(500):
+        if board.exchanges >= n:
+            break
+        await asyncio.sleep(0.01)
+    assert board.exchanges == n
