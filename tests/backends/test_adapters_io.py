@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from mindrouter.backends import OllamaAdapter
 from mindrouter.canonical import (
     ChatRequest,
@@ -24,6 +26,7 @@ from mindrouter.canonical import (
     assemble,
     text_message,
 )
+from mindrouter.errors import UpstreamUnavailable
 
 from .fake_engine import FakeEngine, Recorded, Reply, ndjson, sse
 
@@ -129,6 +132,29 @@ async def test_vllm_stream_with_tool_call_in_pieces(engine: FakeEngine, make_ada
     body = engine.last.json
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
+
+
+async def test_what_one_read_brought_before_a_malformed_piece_is_still_handed_on(
+    engine: FakeEngine, make_adapter: Make
+) -> None:
+    """The events of one read are handed to the sink together; a piece that is not JSON ends the
+    stream, but the events before it in the same read are relayed and charged first."""
+
+    def c(text: str) -> dict[str, Any]:
+        return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+
+    engine.stream("/v1/chat/completions", [sse(c("Hello"), c(" big"), c(" world"), "{not json")])
+    stream = make_adapter("vllm").chat_stream(chat())
+    batches: list[list[StreamEvent]] = []
+
+    def sink(batch: list[StreamEvent]) -> bool:
+        batches.append(list(batch))
+        return True
+
+    assert await stream.asend(None) == TextDelta("Hello")
+    with pytest.raises(UpstreamUnavailable, match="not a JSON object while reading the stream"):
+        await stream.asend(sink)
+    assert batches == [[TextDelta(" big"), TextDelta(" world")]]
 
 
 async def test_vllm_stream_without_usage_is_estimated(

@@ -148,20 +148,22 @@ class _Decoding:
         self.sink: EventSink | None = None
 
     def push(self, pieces: list[bytes]) -> bool:
-        """Hands the sink what `out` holds, then the events of `pieces` up to the stream's
-        last; False once the sink wants no more or the stream has ended."""
+        """Hands the sink, in one batch, what `out` holds (decoded before the sink came in: the
+        rest of a pulled read) and the events of `pieces` up to the stream's last; False once
+        the sink wants no more or the stream has ended. The pieces came in one read of the
+        engine's socket, so none of their events waits for another."""
         sink, out, feed = self.sink, self.out, self.feed
         assert sink is not None
         more = True
-        if out:  # decoded before the sink came in: the rest of a pulled read
-            more = sink(out)
-            out.clear()
-        for piece in pieces:
-            if self.ended:
-                break
-            self.ended = not feed(piece)
+        try:
+            for piece in pieces:
+                if self.ended:
+                    break
+                self.ended = not feed(piece)
+        finally:
+            # What was decoded before a malformed piece is still relayed and charged.
             if out:
-                more = sink(out) and more
+                more = sink(out)
                 out.clear()
         return more and not self.ended
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from mindrouter.canonical import AnyRequest, AnyResult, StreamEvent, Usage
 from mindrouter.errors import InternalError, MindRouterError
@@ -147,23 +147,25 @@ class Flight:
                 if model != self.spec.name:
                     self.s.gate.release(model)
 
-    def see(self, event: StreamEvent) -> None:
-        """An event of the current attempt: tallied, written to the process's journal (what a
-        killed process is charged) and its output charged to the fair queue (in batches)."""
+    def see(self, events: Sequence[StreamEvent]) -> None:
+        """Events of the current attempt, as one read of the engine brought them: tallied,
+        written to the process's journal (what a killed process is charged) and their output
+        charged to the fair queue (in batches)."""
         tally = self.tally
-        tokens = tally.see(event)
-        if tokens > 0:
-            if self._journal is not None:
-                self._journal.note(self._slot, self.est_input, tally.produced)
-            if self.job is not None:
-                self._uncharged += tokens
-                if self._uncharged >= CHARGE_TOKENS or (
-                    self.s.clock() - self._charged_at >= CHARGE_SECONDS
-                ):
-                    self._charge()
-        elif self._journal is not None and tally.usage is not None:
+        tokens = tally.see(events)
+        journal = self._journal
+        if journal is not None and (tokens or tally.usage is not None):
             usage = tally.usage
-            self._journal.note(self._slot, usage.input_tokens, usage.output_tokens)
+            if usage is None:
+                journal.note(self._slot, self.est_input, tally.produced)
+            else:
+                journal.note(self._slot, usage.input_tokens, usage.output_tokens)
+        if tokens and self.job is not None:
+            self._uncharged += tokens
+            if self._uncharged >= CHARGE_TOKENS or (
+                self.s.clock() - self._charged_at >= CHARGE_SECONDS
+            ):
+                self._charge()
 
     def _charge(self) -> None:
         tokens, self._uncharged = self._uncharged, 0

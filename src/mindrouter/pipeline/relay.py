@@ -98,15 +98,15 @@ def collector(
         see, feed = flight.see, assembler.feed
 
         def take(batch: list[StreamEvent]) -> bool:
+            see(batch)
             for event in batch:
-                see(event)
                 feed(event)
             return True
 
         event, events = await attempt(adapter, r)
         try:
             while True:
-                see(event)
+                see((event,))
                 feed(event)
                 try:
                     event = await events.asend(take)
@@ -128,8 +128,7 @@ def _tallied(s: Services, flight: Flight, sink: EventSink) -> EventSink:
     see, draining = flight.see, s.draining
 
     def push(batch: list[StreamEvent]) -> bool:
-        for event in batch:
-            see(event)
+        see(batch)
         return sink(batch) and not draining()
 
     return push
@@ -156,7 +155,7 @@ async def stream(
         try:
             yield event
             while True:
-                flight.see(event)
+                flight.see((event,))
                 if isinstance(event, Done):  # the engine's last event: its stream ends next
                     flight.end("ok")
                     _observe_speed(s, flight)

@@ -1,4 +1,4 @@
-"""What the current attempt of a request has produced so far, event by event.
+"""What the current attempt of a request has produced so far, read by read of the engine.
 
 Streamed and non-streamed generation are both read from an engine stream, so one tally serves
 both: it counts output chunks (one token each, the charge when a stream breaks off or the
@@ -8,6 +8,8 @@ generated before the request moved on is not the caller's.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from mindrouter.canonical import (
     Done,
@@ -28,25 +30,27 @@ class Tally:
         self.usage: Usage | None = None  # the engine's, from `Done`
         self._pieces: list[str] = []
 
-    def see(self, event: StreamEvent) -> int:
-        """Take one event into account; returns the output tokens it is worth (0 or 1)."""
-        # Once per generated token: the exact class (events are final) is the cheapest test.
-        if type(event) is TextDelta:
-            self.produced += 1
-            self._pieces.append(event.text)
-            return 1
-        if type(event) is ReasoningDelta:
-            self.produced += 1
-            return 1
-        if type(event) is ToolCallArgs:
-            self.produced += 1
-            self._pieces.append(event.fragment)
-            return 1
-        if type(event) is ToolCallStart:
-            self._pieces.append(f"\n[tool call {event.name}] ")
-        elif type(event) is Done:
-            self.usage = event.usage
-        return 0
+    def see(self, events: Sequence[StreamEvent]) -> int:
+        """Take the events into account; returns the output tokens they are worth (one a
+        chunk)."""
+        tokens = 0
+        pieces = self._pieces
+        for event in events:
+            # Once per generated token: the exact class (events are final) is the cheapest test.
+            if type(event) is TextDelta:
+                tokens += 1
+                pieces.append(event.text)
+            elif type(event) is ReasoningDelta:
+                tokens += 1
+            elif type(event) is ToolCallArgs:
+                tokens += 1
+                pieces.append(event.fragment)
+            elif type(event) is ToolCallStart:
+                pieces.append(f"\n[tool call {event.name}] ")
+            elif type(event) is Done:
+                self.usage = event.usage
+        self.produced += tokens
+        return tokens
 
     @property
     def text(self) -> str:
