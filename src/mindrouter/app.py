@@ -1,14 +1,14 @@
 """Composition root: stores, counters, scheduler, adapters and pipeline; mounts the routes.
 
 The app is a Starlette app: the inference routes of every dialect, the probes, the usage and
-routing views and the console, under the gateway's own two middlewares (`CancelOnDisconnect`
-outside, `Edge` inside, and within the edge `ExactRoutes`, which hands a request for a fixed
-path to its endpoint without Starlette's router and exception layers) and its error handlers.
-A request no route of it matches goes to the
-routes of the admin REST API, built with FastAPI (pydantic bodies, the OpenAPI document), which
-answer unknown paths too. FastAPI's app would add middleware of its own to every request (a
-body-size limit, exception telemetry, an exit stack for uploaded files); the inference routes
-use none of it, and it cost about 6 % of a request's CPU when they went through it.
+routing views and the console, under the gateway's own middlewares (`CancelOnDisconnect`
+outside, then `Edge`, then `ExactRoutes`, which hands a request for a fixed path to its endpoint
+without Starlette's router and exception layers) and its error handlers. A request no route of
+it matches goes to the routes of the admin REST API, built with FastAPI (pydantic bodies, the
+OpenAPI document), which answer unknown paths too. FastAPI's app would add middleware of its
+own to every request (a body-size limit, exception telemetry, an exit stack for uploaded
+files); the inference routes use none of it, and it cost about 6 % of a request's CPU when they
+went through it.
 """
 
 from __future__ import annotations
