@@ -24,7 +24,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-Endpoint = Callable[[Request], Awaitable[Response]]
+from mindrouter.http.entry import Endpoint
+
 Handler = Callable[[Request, Exception], Awaitable[Response]]
 
 
@@ -32,7 +33,8 @@ class ExactRoutes:
     """The endpoints of `routes` by (method, path), for the routes the router would pick by
     that pair alone; `handlers` are the app's exception handlers by class (the ones for
     `Exception` and status 500 belong to the outermost layer, which answers what nothing else
-    handled, and are left to it)."""
+    handled, and are left to it). Starlette builds its middleware at the first request, so the
+    table holds every route added before then; a route added later is served by the router."""
 
     def __init__(
         self,

@@ -153,13 +153,12 @@ class Flight:
         charged to the fair queue (in batches)."""
         tally = self.tally
         tokens = tally.see(events)
-        journal = self._journal
-        if journal is not None and (tokens or tally.usage is not None):
-            usage = tally.usage
-            if usage is None:
-                journal.note(self._slot, self.est_input, tally.produced)
-            else:
+        journal, usage = self._journal, tally.usage
+        if journal is not None:
+            if usage is not None:
                 journal.note(self._slot, usage.input_tokens, usage.output_tokens)
+            elif tokens:
+                journal.note(self._slot, self.est_input, tally.produced)
         if tokens and self.job is not None:
             self._uncharged += tokens
             if self._uncharged >= CHARGE_TOKENS or (
