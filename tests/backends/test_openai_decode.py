@@ -284,6 +284,23 @@ def test_stream_cut_before_finish_is_an_error_but_no_done_marker_is_fine() -> No
     assert decode([{"choices": [], "usage": USAGE}])[0] == Finish("stop")
 
 
+def test_payloads_are_parsed_and_done_ends_the_stream() -> None:
+    d = ChatStreamDecoder("b")
+    # Engines may name every field of a delta, with null for those not in this chunk.
+    payload = (
+        b'{"choices":[{"index":0,"delta":{"content":"Hi","reasoning_content":null,'
+        b'"tool_calls":null},"finish_reason":null}],"usage":null}'
+    )
+    assert d.feed_data(payload) is True
+    assert d.feed_data(b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}') is True
+    assert not d.saw_done
+    assert d.feed_data(b"[DONE]") is False
+    assert d.saw_done
+    assert d.out == [TextDelta("Hi"), Finish("stop")]
+    with pytest.raises(UpstreamUnavailable, match="b: sent a body that is not a JSON object"):
+        d.feed_data(b'{"choices": [')
+
+
 def test_reasoning_can_be_withheld() -> None:
     d = ChatStreamDecoder("b", keep_reasoning=False)
     d.feed(chunk({"reasoning": "secret"}))

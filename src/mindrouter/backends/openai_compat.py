@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from mindrouter.backends.base import Timeouts
 from mindrouter.backends.failures import no_choices
-from mindrouter.backends.http import DEFAULT_TIMEOUTS, Upstream, load_stream_json
+from mindrouter.backends.http import DEFAULT_TIMEOUTS, Upstream
 from mindrouter.backends.openai_results import decode_embeddings, decode_result
 from mindrouter.backends.openai_stream import ChatStreamDecoder
 from mindrouter.backends.openai_wire import (
@@ -43,8 +43,6 @@ from mindrouter.tokens import (
     estimate_embedding_input,
     estimate_relevance_input,
 )
-
-_DONE = b"[DONE]"
 
 
 def server_root(url: str) -> str:
@@ -126,22 +124,18 @@ class OpenAICompatAdapter:
         decoder: ChatStreamDecoder,
         estimate_input: Callable[[], int],
     ) -> Events:
-        saw_done = False
-
-        def feed(data: bytes) -> bool:
-            nonlocal saw_done
-            if data == _DONE:
-                saw_done = True
-                return False
-            decoder.feed(load_stream_json(data, self.name))
-            return True
-
         def ending() -> list[StreamEvent]:
-            usage = decoder.close(saw_end_marker=saw_done, estimate_input=estimate_input)
+            usage = decoder.close(saw_end_marker=decoder.saw_done, estimate_input=estimate_input)
             return [*decoder.out, Done(usage)]
 
         return self.http.decoded(
-            self.api + path, body, model, lines=False, feed=feed, out=decoder.out, ending=ending
+            self.api + path,
+            body,
+            model,
+            lines=False,
+            feed=decoder.feed_data,
+            out=decoder.out,
+            ending=ending,
         )
 
     async def embed(self, req: EmbeddingRequest) -> EmbeddingResult:

@@ -1,8 +1,9 @@
 """OpenAI wire stream chunks → canonical stream events (pure, no I/O).
 
-Feed each decoded `data:` payload to `feed`; events collect in `out` for the caller to drain.
-`close` finishes the stream: it ends open tool calls, gives every choice its `Finish` and
-returns the usage (the engine's, or an estimate when it sent none).
+Give each server-sent event's `data:` payload to `feed_data` (or an already parsed chunk to
+`feed`); events collect in `out` for the caller to drain. `close` finishes the stream: it ends
+open tool calls, gives every choice its `Finish` and returns the usage (the engine's, or an
+estimate when it sent none).
 
 Handles both places engines put `finish_reason` (an empty-delta chunk, or the last content
 chunk as vLLM sometimes does), tool-call arguments split anywhere, and a call's name arriving
@@ -14,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mindrouter.backends.failures import error_from_stream_payload
+import orjson
+
+from mindrouter.backends.failures import error_from_stream_payload, invalid_json
 from mindrouter.backends.openai_results import (
     arguments_text,
     estimated_usage,
@@ -34,6 +37,9 @@ from mindrouter.canonical import (
     Usage,
 )
 from mindrouter.errors import UpstreamUnavailable
+
+# The payload of the event that ends an OpenAI stream.
+_DONE = b"[DONE]"
 
 
 class _Call:
@@ -61,6 +67,20 @@ class ChatStreamDecoder:
         self._called: set[int] = set()
         self._seen: set[int] = set()
         self._finished: set[int] = set()
+        self.saw_done = False
+
+    def feed_data(self, data: bytes) -> bool:
+        """One event's payload; False at `[DONE]`, the stream's last. Runs once per chunk the
+        engine sends, so the parse is here rather than in a function of its own."""
+        if data == _DONE:
+            self.saw_done = True
+            return False
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise invalid_json(self.backend, "reading the stream") from exc
+        self.feed(chunk)
+        return True
 
     def feed(self, chunk: Any) -> None:
         if not isinstance(chunk, dict):
@@ -80,7 +100,15 @@ class ChatStreamDecoder:
             self._seen.add(idx)
             delta = c.get("delta")
             if delta is not None:
-                self._delta(idx, delta)
+                # The common delta holds only content: the rest is looked at when present.
+                if "reasoning" in delta or "reasoning_content" in delta:
+                    self._reasoning(idx, delta)
+                content = delta.get("content")
+                if content:
+                    self.out.append(TextDelta(content, idx))
+                    self._generated.append(content)
+                if "tool_calls" in delta:
+                    self._call_fragments(idx, delta["tool_calls"])
             else:
                 text = c.get("text")
                 if text:
@@ -90,21 +118,17 @@ class ChatStreamDecoder:
             if reason:
                 self._finish(idx, reason, c.get("stop_reason"))
 
-    def _delta(self, idx: int, delta: dict[str, Any]) -> None:
+    def _reasoning(self, idx: int, delta: dict[str, Any]) -> None:
         # During the rename period vLLM sent both names with the same text: take one.
         reasoning = delta.get("reasoning") or delta.get("reasoning_content")
         if reasoning:
             self._generated.append(reasoning)
             if self.keep_reasoning:
                 self.out.append(ReasoningDelta(reasoning, idx))
-        content = delta.get("content")
-        if content:
-            self.out.append(TextDelta(content, idx))
-            self._generated.append(content)
-        calls = delta.get("tool_calls")
-        if calls:
-            for fragment in calls:
-                self._call_fragment(idx, fragment)
+
+    def _call_fragments(self, idx: int, fragments: list[dict[str, Any]] | None) -> None:
+        for fragment in fragments or ():
+            self._call_fragment(idx, fragment)
 
     def _call_fragment(self, idx: int, fragment: dict[str, Any]) -> None:
         index = fragment.get("index", 0)
