@@ -1,0 +1,97 @@
+"""Where a request's clean-up (its slot, audit outcome, settlement and metrics) runs: a whole
+answer's in the request's own task, before its response, once its audit record is committed; a
+stream's in a task of its own (a cancelled request cannot stop it), as is one whose record's
+commit may still be under way."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mindrouter.pipeline import flight
+from mindrouter.stores.audit_records import AuditStart
+from tests.pipeline.conftest import Factory
+from tests.pipeline.harness import InProcess, backend, until
+
+
+class Recording(set[asyncio.Task[None]]):
+    """`flight._CLOSING`, noting every clean-up task put in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.added: list[asyncio.Task[None]] = []
+
+    def add(self, task: asyncio.Task[None]) -> None:
+        self.added.append(task)
+        super().add(task)
+
+
+@pytest.fixture
+async def watched(
+    gateway_factory: Factory, monkeypatch: pytest.MonkeyPatch
+) -> tuple[InProcess, Recording]:
+    """A gateway with one backend, and the clean-up tasks its requests start."""
+    closing = Recording()
+    monkeypatch.setattr(flight, "_CLOSING", closing)
+    return await gateway_factory([backend("one")]), closing
+
+
+async def test_a_whole_answer_is_cleaned_up_in_its_own_task_and_a_stream_in_another(
+    watched: tuple[InProcess, Recording],
+) -> None:
+    g, closing = watched
+
+    for dialect in ("openai", "anthropic", "ollama"):
+        status, _ = await g.post(dialect)
+        assert status == 200
+    assert closing.added == []
+
+    r = await g.send("openai", stream=True)
+    assert r.status == 200
+    await r.read()
+    assert len(closing.added) == 1
+
+    rows = await g.audit(4)
+    assert [(row["status"], row["stream"]) for row in rows] == [
+        ("ok", False),
+        ("ok", False),
+        ("ok", False),
+        ("ok", True),
+    ]
+    assert all(row["output_tokens"] > 0 for row in rows)
+    assert (await g.backends())["one"]["in_flight"] == 0
+
+
+async def test_a_whole_answer_left_before_its_record_is_committed_is_cleaned_up_in_a_task(
+    watched: tuple[InProcess, Recording], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    g, closing = watched
+    # The record's commit is held back until the client has left.
+    audit = g.stores.audit
+    commit = audit.begin
+    held: list[tuple[asyncio.Future[None], asyncio.Future[None]]] = []
+
+    def begin(record: AuditStart) -> asyncio.Future[None]:
+        pair = (commit(record), asyncio.get_running_loop().create_future())
+        held.append(pair)
+        return pair[1]
+
+    monkeypatch.setattr(audit, "begin", begin)
+    exchange = g.begin("openai")
+    await until(lambda: bool(held), "the record's commit started")
+    # The request ends while its record's commit is under way: its clean-up waits for the
+    # commit in a task of its own (and the request for the clean-up).
+    leaving = asyncio.ensure_future(exchange.leave())
+    await until(lambda: bool(closing.added), "the clean-up's task started")
+    await asyncio.sleep(0.01)
+    assert not closing.added[0].done() and not leaving.done()
+    committed, seen = held[0]
+    await committed
+    seen.set_result(None)
+    await leaving
+    assert len(closing.added) == 1
+    (row,) = await g.audit(1)
+    assert (row["status"], row["output_tokens"]) == ("cancelled", None)
+    assert g.seen("one") == 0
+    assert (await g.backends())["one"]["in_flight"] == 0
