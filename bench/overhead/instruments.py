@@ -104,9 +104,10 @@ _mr_atexit.register(_mr_dump)
 # Not a candidate but an instrument: where a request's wall time goes. From 13 s after the start,
 # each chat completion's stages are timed in its own task (the edge to the admission, the
 # admission's Redis round trip, the audit record and the fair gate, the wait for the record's
-# commit, the engine call with its decoding, the clean-up and three of its parts, the response),
-# and the audit writer's statements (the records' inserts, the outcomes' batches) from send to
-# reply; the median and mean of each go to /tmp/stages-<pid>.txt at exit.
+# commit, the engine call with its decoding, the clean-up and three of its parts, the response,
+# and the parts of the stretch before the admission), and the audit writer's statements (the
+# records' inserts, the outcomes' batches) from send to reply; the median and mean of each go to
+# /tmp/stages-<pid>.txt at exit.
 STAGES = """
 import asyncio as _mr_asyncio, atexit as _mr_atexit, os as _mr_os, time as _mr_time
 from mindrouter.http.disconnect import CancelOnDisconnect as _mr_Cod
@@ -156,6 +157,13 @@ def _mr_write_timed(attr):
             if _mr_time.monotonic() >= _mr_t0 + 13:
                 _mr_writes[attr].append((_mr_time.perf_counter() - start, len(rows)))
     setattr(_mr_Pg, attr, timed)
+from mindrouter.http import edge as _mr_edge, entry as _mr_entry
+from mindrouter.pipeline.gateway import Gateway as _mr_Gw
+_mr_timed(_mr_edge.Edge, "__call__", "edge", "edged")
+_mr_synced(_mr_entry, "new_context", "ctx", "ctxd")
+_mr_timed(_mr_Gw, "authenticate", "auth", "authd")
+_mr_timed(_mr_entry, "decode_body", "body", "bodyd")
+_mr_timed(_mr_flight, "estimate_request_input", "est", "estd")
 _mr_write_timed("insert")
 _mr_write_timed("complete")
 _mr_cod_call = _mr_Cod.__call__
@@ -184,6 +192,13 @@ _MR_STAGES = (
     ("in the clean-up: the audit outcome", "acomplete", "acompleted"),
     ("in the clean-up: the settlement (its Redis write)", "settle", "settled"),
     ("in the clean-up: metrics and log line", "rec", "recd"),
+    ("before admission: to the edge", "in", "edge"),
+    ("before admission: the edge (checks, key) to the context", "edge", "ctx"),
+    ("before admission: the request's context", "ctx", "ctxd"),
+    ("before admission: to the body (the route's caller)", "ctxd", "body"),
+    ("before admission: the body's JSON", "body", "bodyd"),
+    ("before admission: the dialect's decoding, the flight", "bodyd", "est"),
+    ("before admission: the input estimate", "est", "estd"),
 )
 def _mr_stages_dump():
     whole = [m for m in _mr_done if all(k in m for _, a, b in _MR_STAGES for k in (a, b))]
