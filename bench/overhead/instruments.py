@@ -6,10 +6,20 @@ the candidate changes, so the profile and compare commands run them the same way
 
 from __future__ import annotations
 
+# What every instrument ends with: its report's lines into /tmp/<kind>-<pid>.txt.
+_REPORT = """
+import os as _mr_os
+def _mr_report(kind, lines):
+    with open(f"/tmp/{kind}-{_mr_os.getpid()}.txt", "w") as f:
+        f.write("\\n".join(lines) + "\\n")
+"""
+
 # Not a candidate but an instrument: the time the collector takes, by generation, from 13 s after
 # the start (past the start-up and the warm-up) to the exit, into /tmp/gcstats-<pid>.txt.
-GC_STATS = """
-import atexit as _mr_atexit, gc as _mr_gc, os as _mr_os, time as _mr_time
+GC_STATS = (
+    _REPORT
+    + """
+import atexit as _mr_atexit, gc as _mr_gc, time as _mr_time
 _mr_gc_t0, _mr_gc_times, _mr_gc_counts, _mr_gc_at = _mr_time.monotonic(), {}, {}, [0.0]
 def _mr_gc_cb(phase, info):
     if _mr_time.monotonic() < _mr_gc_t0 + 13:
@@ -24,10 +34,10 @@ _mr_gc.callbacks.append(_mr_gc_cb)
 def _mr_gc_dump():
     seen = {"seconds": _mr_gc_times, "collections": _mr_gc_counts,
             "tracked": len(_mr_gc.get_objects())}
-    with open(f"/tmp/gcstats-{_mr_os.getpid()}.txt", "w") as f:
-        f.write(repr(seen) + "\\n")
+    _mr_report("gcstats", [repr(seen)])
 _mr_atexit.register(_mr_gc_dump)
 """
+)
 
 # Not a candidate but an instrument: a deterministic profile of the event loop's thread, written
 # when the gateway exits, into /tmp/mindrouter-<pid>.pstats (pstats format): exact call counts
@@ -62,8 +72,10 @@ _mr_cli._event_loop_runner = lambda: (lambda coro: _mr_run(_mr_beside(coro)))
 # Not a candidate but an instrument: how often and how long the event loop stalls, and the
 # collector's share in it. From 13 s after the start, a timer every millisecond notes how late
 # it ran, and the collector's pauses are timed by generation; into /tmp/stalls-<pid>.txt at exit.
-STALLS = """
-import asyncio as _mr_asyncio, atexit as _mr_atexit, gc as _mr_gc, os as _mr_os, time as _mr_time
+STALLS = (
+    _REPORT
+    + """
+import asyncio as _mr_asyncio, atexit as _mr_atexit, gc as _mr_gc, time as _mr_time
 import mindrouter.cli as _mr_cli
 _mr_st = {"late": [], "gc": [], "on": False}
 def _mr_gc_cb(phase, info, _at=[0.0]):
@@ -96,10 +108,11 @@ def _mr_dump():
         if ts:
             lines.append(f"collector gen {g}: {len(ts)} pauses, {sum(ts) * 1000:.1f} ms in all, "
                          f"longest {max(ts) * 1000:.2f} ms")
-    with open(f"/tmp/stalls-{_mr_os.getpid()}.txt", "w") as f:
-        f.write("\\n".join(lines) + "\\n")
+    _mr_report("stalls", lines)
 _mr_atexit.register(_mr_dump)
-""" + _alongside("_mr_heart")
+"""
+    + _alongside("_mr_heart")
+)
 
 # Not a candidate but an instrument: where a request's wall time goes. From 13 s after the start,
 # each chat completion's stages are timed in its own task (the edge to the admission, the
@@ -108,8 +121,10 @@ _mr_atexit.register(_mr_dump)
 # and the parts of the stretch before the admission), and the audit writer's statements (the
 # records' inserts, the outcomes' batches) from send to reply; the median and mean of each go to
 # /tmp/stages-<pid>.txt at exit.
-STAGES = """
-import asyncio as _mr_asyncio, atexit as _mr_atexit, os as _mr_os, time as _mr_time
+STAGES = (
+    _REPORT
+    + """
+import asyncio as _mr_asyncio, atexit as _mr_atexit, inspect as _mr_inspect, time as _mr_time
 from mindrouter.http.disconnect import CancelOnDisconnect as _mr_Cod
 from mindrouter.pipeline import flight as _mr_flight
 from mindrouter.pipeline.dispatch import Dispatcher as _mr_Disp
@@ -118,33 +133,40 @@ def _mr_mark(name):
     marks = _mr_open.get(_mr_asyncio.current_task())
     if marks is not None:
         marks[name] = _mr_time.perf_counter()
-def _mr_timed(owner, attr, start, end):
+def _mr_timed(owner, attr, start, end=None):
+    # Marks `start` when owner.attr is called and `end` (if any) when it returns.
     inner = getattr(owner, attr)
-    async def timed(*args, **kwargs):
-        _mr_mark(start)
-        try:
-            return await inner(*args, **kwargs)
-        finally:
-            _mr_mark(end)
+    if _mr_inspect.iscoroutinefunction(inner):
+        async def timed(*args, **kwargs):
+            _mr_mark(start)
+            try:
+                return await inner(*args, **kwargs)
+            finally:
+                if end:
+                    _mr_mark(end)
+    else:
+        def timed(*args, **kwargs):
+            _mr_mark(start)
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                if end:
+                    _mr_mark(end)
     setattr(owner, attr, timed)
+from mindrouter.http import edge as _mr_edge, entry as _mr_entry
+from mindrouter.pipeline.audit import AuditRecord as _mr_AR
+_mr_timed(_mr_edge.Edge, "__call__", "edge")
+_mr_timed(_mr_entry, "new_context", "ctx", "ctxd")
+_mr_timed(_mr_entry, "decode_body", "body", "bodyd")
+_mr_timed(_mr_flight, "estimate_request_input", "est", "estd")
 _mr_timed(_mr_flight, "admit", "admit", "admitted")
 _mr_timed(_mr_flight, "schedule", "schedule", "scheduled")
 _mr_timed(_mr_flight.Flight, "recorded", "recorded", "committed")
 _mr_timed(_mr_Disp, "run", "run", "ran")
 _mr_timed(_mr_flight.Flight, "close", "close", "closed")
-from mindrouter.pipeline.audit import AuditRecord as _mr_AR
 _mr_timed(_mr_AR, "complete", "acomplete", "acompleted")
-def _mr_synced(owner, attr, start, end):
-    inner = getattr(owner, attr)
-    def timed(*args, **kwargs):
-        _mr_mark(start)
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            _mr_mark(end)
-    setattr(owner, attr, timed)
-_mr_synced(_mr_flight, "settle", "settle", "settled")
-_mr_synced(_mr_flight, "record_outcome", "rec", "recd")
+_mr_timed(_mr_flight, "settle", "settle", "settled")
+_mr_timed(_mr_flight, "record_outcome", "rec", "recd")
 from mindrouter.stores.sql.audit_pg import PgAuditConnection as _mr_Pg
 _mr_writes = {"insert": [], "complete": []}
 def _mr_write_timed(attr):
@@ -157,13 +179,6 @@ def _mr_write_timed(attr):
             if _mr_time.monotonic() >= _mr_t0 + 13:
                 _mr_writes[attr].append((_mr_time.perf_counter() - start, len(rows)))
     setattr(_mr_Pg, attr, timed)
-from mindrouter.http import edge as _mr_edge, entry as _mr_entry
-from mindrouter.pipeline.gateway import Gateway as _mr_Gw
-_mr_timed(_mr_edge.Edge, "__call__", "edge", "edged")
-_mr_synced(_mr_entry, "new_context", "ctx", "ctxd")
-_mr_timed(_mr_Gw, "authenticate", "auth", "authd")
-_mr_timed(_mr_entry, "decode_body", "body", "bodyd")
-_mr_timed(_mr_flight, "estimate_request_input", "est", "estd")
 _mr_write_timed("insert")
 _mr_write_timed("complete")
 _mr_cod_call = _mr_Cod.__call__
@@ -212,17 +227,19 @@ def _mr_stages_dump():
         p50, p99 = ds[len(ds) // 2], ds[int(len(ds) * 0.99)]
         lines.append(f"{label}: {len(_mr_writes[attr])} ({rows} rows), p50 {p50:.3f} ms, "
                      f"mean {sum(ds) / len(ds):.3f} ms, p99 {p99:.3f} ms")
-    with open(f"/tmp/stages-{_mr_os.getpid()}.txt", "w") as f:
-        f.write("\\n".join(lines) + "\\n")
+    _mr_report("stages", lines)
 _mr_atexit.register(_mr_stages_dump)
 """
+)
 
 # Not a candidate but an instrument: the garbage only the collector can free (objects in
 # reference cycles). 18 s after the start, one full collection keeping what it finds
 # (`DEBUG_SAVEALL`): the garbage by type, and for a few types one cycle through an object of
 # that type, into /tmp/cycles-<pid>.txt.
-CYCLES = """
-import asyncio as _mr_asyncio, collections as _mr_coll, gc as _mr_gc, os as _mr_os
+CYCLES = (
+    _REPORT
+    + """
+import asyncio as _mr_asyncio, collections as _mr_coll, gc as _mr_gc
 import mindrouter.cli as _mr_cli
 def _mr_name(o):
     n = type(o).__qualname__
@@ -264,7 +281,8 @@ async def _mr_cycles():
                 path = _mr_cycle(o, ids)
                 lines.append(f"cycle through {want}: " + " -> ".join(_mr_name(x) for x in path))
                 break
-    with open(f"/tmp/cycles-{_mr_os.getpid()}.txt", "w") as f:
-        f.write("\\n".join(lines) + "\\n")
+    _mr_report("cycles", lines)
     del garbage
-""" + _alongside("_mr_cycles")
+"""
+    + _alongside("_mr_cycles")
+)

@@ -59,7 +59,7 @@ _CLOSE_IN_TASK = """
 import asyncio as _mr_asyncio
 from mindrouter.pipeline import flight as _mr_flight
 async def _mr_close(self):
-    task = _mr_asyncio.ensure_future(self.closing())
+    task = _mr_asyncio.ensure_future(self._closing())
     _mr_flight._CLOSING.add(task)
     task.add_done_callback(_mr_flight._CLOSING.discard)
     await _mr_asyncio.shield(task)

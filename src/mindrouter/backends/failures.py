@@ -139,5 +139,13 @@ def invalid_json(backend: str, stage: str) -> UpstreamUnavailable:
     )
 
 
+def load_stream_json(payload: bytes, backend: str) -> Any:
+    """One piece of an engine's stream (an event's data, an NDJSON line), parsed."""
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_json(backend, "reading the stream") from exc
+
+
 def no_choices(backend: str) -> UpstreamUnavailable:
     return UpstreamUnavailable(f"{backend}: the answer has no choices", backend)

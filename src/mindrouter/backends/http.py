@@ -166,10 +166,3 @@ class _Decoding:
                 more = sink(out)
                 out.clear()
         return more and not self.ended
-
-
-def load_stream_json(payload: bytes, backend: str) -> Any:
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise invalid_json(backend, "reading the stream") from exc

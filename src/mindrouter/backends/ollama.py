@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from contextlib import aclosing
 
 from mindrouter.backends.base import Timeouts
-from mindrouter.backends.http import DEFAULT_TIMEOUTS, Upstream, load_stream_json
+from mindrouter.backends.failures import load_stream_json
+from mindrouter.backends.http import DEFAULT_TIMEOUTS, Upstream
 from mindrouter.backends.ollama_results import OllamaDecoder, add_usage, decode_embed
 from mindrouter.backends.ollama_wire import Json, encode_chat, encode_embed, encode_generate
 from mindrouter.canonical import (

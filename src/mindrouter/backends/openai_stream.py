@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
-from mindrouter.backends.failures import error_from_stream_payload, invalid_json
+from mindrouter.backends.failures import error_from_stream_payload, load_stream_json
 from mindrouter.backends.openai_results import (
     arguments_text,
     estimated_usage,
@@ -70,16 +68,11 @@ class ChatStreamDecoder:
         self.saw_done = False
 
     def feed_data(self, data: bytes) -> bool:
-        """One event's payload; False at `[DONE]`, the stream's last. Runs once per chunk the
-        engine sends, so the parse is here rather than in a function of its own."""
+        """One event's payload; False at `[DONE]`, the stream's last."""
         if data == _DONE:
             self.saw_done = True
             return False
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise invalid_json(self.backend, "reading the stream") from exc
-        self.feed(chunk)
+        self.feed(load_stream_json(data, self.backend))
         return True
 
     def feed(self, chunk: Any) -> None:

@@ -201,7 +201,7 @@ class Flight:
             self.end("error", InternalError(f"the request failed inside the gateway: {exc}"))
 
     async def close(self) -> None:
-        closing = self.closing()
+        closing = self._closing()
         if not getattr(self.req, "stream", False) and (
             self.audit is None or self.audit.begun.done()
         ):
@@ -222,7 +222,7 @@ class Flight:
         task.add_done_callback(_CLOSING.discard)
         await asyncio.shield(task)
 
-    def closing(self) -> Coroutine[Any, Any, None]:
+    def _closing(self) -> Coroutine[Any, Any, None]:
         """The clean-up, with how the request ended and what it used as they are now."""
         tally = self.tally
         usage = self.usage if self.usage is not None else tally.used(self.est_input)
