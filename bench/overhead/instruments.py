@@ -286,3 +286,49 @@ async def _mr_cycles():
 """
     + _alongside("_mr_cycles")
 )
+
+
+# Not a candidate but an instrument: every timer the gateway asks its event loop for, by where
+# it asked (the innermost three frames outside asyncio), per request (a call of `record_outcome`),
+# from 13 s after the start to the exit; into /tmp/timers-<pid>.txt. Setting and cancelling a
+# timer costs uvloop a few microseconds, and an `asyncio.timeout` block about three times that.
+TIMERS = (
+    _REPORT
+    + """
+import atexit as _mr_atexit, collections as _mr_col, sys as _mr_sys, time as _mr_time
+import uvloop as _mr_uvloop
+import mindrouter.pipeline.flight as _mr_flight
+_mr_t0, _mr_sites, _mr_requests = _mr_time.monotonic(), _mr_col.Counter(), [0]
+def _mr_on():
+    return _mr_time.monotonic() > _mr_t0 + 13
+def _mr_site():
+    f, parts = _mr_sys._getframe(2), []
+    while f is not None and len(parts) < 3:
+        name = f.f_code.co_filename
+        if "/asyncio/" not in name or not parts:
+            short = name.rsplit("site-packages/", 1)[-1].rsplit("/src/", 1)[-1]
+            parts.append(f"{short}:{f.f_lineno} {f.f_code.co_name}")
+        f = f.f_back
+    return " <- ".join(parts)
+class _MrLoop(_mr_uvloop.Loop):
+    # uvloop's `call_at` calls this method too.
+    def call_later(self, delay, callback, *args, context=None):
+        if _mr_on():
+            _mr_sites[_mr_site()] += 1
+        return super().call_later(delay, callback, *args, context=context)
+_mr_uvloop.Loop = _MrLoop
+_mr_uvloop.new_event_loop = _MrLoop
+_mr_outcome = _mr_flight.record_outcome
+def _mr_counted(*args, **kwargs):
+    if _mr_on():
+        _mr_requests[0] += 1
+    return _mr_outcome(*args, **kwargs)
+_mr_flight.record_outcome = _mr_counted
+def _mr_timers_dump():
+    n = max(1, _mr_requests[0])
+    lines = [f"{_mr_requests[0]} requests, {sum(_mr_sites.values()) / n:.2f} timers a request"]
+    lines += [f"{c / n:7.3f}  {site}" for site, c in _mr_sites.most_common() if c / n >= 0.005]
+    _mr_report("timers", lines)
+_mr_atexit.register(_mr_timers_dump)
+"""
+)

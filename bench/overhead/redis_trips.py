@@ -87,15 +87,6 @@ _s.signal(_s.SIGUSR2, _dump)
 """
 
 
-def _launcher(src: Path | None) -> list[str]:
-    path = f"sys.path.insert(0, {str(src)!r}); " if src is not None else ""
-    code = (
-        f"import sys; {path}exec({_COUNTER!r}); "
-        "from mindrouter.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    return [sys.executable, "-c", code]
-
-
 def _commandstats(url: str) -> Counter[str]:
     client = redis.Redis.from_url(url)
     try:
@@ -171,7 +162,8 @@ async def trips(ns: argparse.Namespace) -> None:
         src.mkdir()
         _launcher_at(ns.rev, src)  # extracts the revision's source into `src`
         src = src / "src"
-    gw = await targets.start_mindrouter("governed", mock.port, workdir, _launcher(src))
+    argv = targets.cli_with(_COUNTER, src)
+    gw = await targets.start_mindrouter("governed", mock.port, workdir, argv)
     try:
         target = run.Target("gw", gw, gw.headers, Pool(HOST, gw.port))
         kinds = {

@@ -441,5 +441,16 @@ async def start_mindrouter(
     return server
 
 
+def cli_with(prelude: str, src: Path | None = None) -> list[str]:
+    """argv that runs `prelude` (Python code: an instrument, a variant) in a new interpreter and
+    then the `mindrouter` CLI, from `src` (a source tree's `src/`) or the installed package."""
+    path = f"sys.path.insert(0, {str(src)!r}); " if src is not None else ""
+    code = (
+        f"import sys; {path}exec({prelude!r}); "
+        "from mindrouter.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    return [sys.executable, "-c", code]
+
+
 def workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="mrbench-"))

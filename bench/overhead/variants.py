@@ -8,9 +8,8 @@ every variant side by side, interleaved, at the same rate.
 
 from __future__ import annotations
 
-import sys
-
-from bench.overhead.instruments import CPROFILE, CYCLES, GC_STATS, STAGES, STALLS
+from bench.overhead.instruments import CPROFILE, CYCLES, GC_STATS, STAGES, STALLS, TIMERS
+from bench.overhead.targets import cli_with
 
 # The event loop asyncio ships with, instead of uvloop (which `mindrouter serve` uses).
 _ASYNCIO_LOOP = """
@@ -155,6 +154,7 @@ VARIANTS: dict[str, str] = {
     "stalls": STALLS,
     "stages": STAGES,
     "cycles": CYCLES,
+    "timers": TIMERS,
     "head-with-body": _HEAD_WITH_BODY,
 }
 
@@ -164,5 +164,4 @@ def launcher(variant: str) -> list[str] | None:
     prelude = VARIANTS[variant]
     if not prelude:
         return None
-    code = f"{prelude}\nimport sys\nfrom mindrouter.cli import main\nsys.exit(main(sys.argv[1:]))"
-    return [sys.executable, "-c", code]
+    return cli_with(prelude)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import orjson
 import pytest
 
 from mindrouter.backends import OllamaAdapter
@@ -155,6 +156,29 @@ async def test_what_one_read_brought_before_a_malformed_piece_is_still_handed_on
     with pytest.raises(UpstreamUnavailable, match="not a JSON object while reading the stream"):
         await stream.asend(sink)
     assert batches == [[TextDelta(" big"), TextDelta(" world")]]
+
+
+async def test_events_with_crlf_line_ends_and_data_over_several_lines(
+    engine: FakeEngine, make_adapter: Make
+) -> None:
+    """Server-sent events may end their lines with CRLF, and an event's data may span several
+    `data:` lines (joined with a line feed); both decode like the common shape."""
+
+    def c(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return orjson.dumps({"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    split = c({"content": "lo"}).replace(b'"delta":', b'"delta":\ndata: ')
+    usage = orjson.dumps({"choices": [], "usage": USAGE})
+    payloads = [c({"content": "Hel"}), split, None, c({}, "stop"), usage, b"[DONE]"]
+    ends = [b"\r\n\r\n", b"\r\n\r\n", b"\r\n\r\n", b"\n\n", b"\r\n\r\n", b"\r\n\r\n"]
+    body = b"".join(
+        (b": comment" if data is None else b"data: " + data) + end
+        for data, end in zip(payloads, ends, strict=True)
+    )
+    engine.stream("/v1/chat/completions", pieces(body, 5))
+    events = await collect(make_adapter("vllm").chat_stream(chat()))
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["Hel", "lo"]
+    assert events[-2:] == [Finish("stop"), Done(Usage(9, 4))]
 
 
 async def test_vllm_stream_without_usage_is_estimated(
@@ -378,6 +402,18 @@ async def test_completed_streams_reuse_the_connection(
     adapter = make_adapter("vllm")
     for _ in range(3):
         await collect(adapter.chat_stream(chat()))
+    assert len({r.client for r in engine.requests}) == 1
+
+
+async def test_an_error_answer_read_whole_leaves_the_connection_reusable(
+    engine: FakeEngine, make_adapter: Make
+) -> None:
+    engine.json("/v1/chat/completions", {"error": {"message": "busy"}}, status=503)
+    adapter = make_adapter("vllm")
+    for _ in range(3):
+        with pytest.raises(UpstreamUnavailable, match="busy"):
+            await collect(adapter.chat_stream(chat()))
+    assert len(engine.requests) == 3
     assert len({r.client for r in engine.requests}) == 1
 
 

@@ -316,6 +316,28 @@ async def test_bytes_trickled_without_a_line_end_the_stream_after_the_idle_gap(
     assert [e.text for e in seen if isinstance(e, TextDelta)] == ["x"]
 
 
+async def one_piece_then_a_line_without_end(req: Recorded, reply: Reply) -> None:
+    await reply.start(200, "text/event-stream")
+    await reply.write(sse({"choices": [{"index": 0, "delta": {"content": "x"}}]}))
+    await reply.write(b"data: ")
+    for _ in range(17):  # 17 MiB without a line feed: past the longest line a stream may hold
+        await reply.write(b"y" * (1 << 20))
+        if req.gone.is_set():
+            return
+    await reply.end()
+
+
+async def test_a_line_longer_than_the_limit_fails_the_stream(
+    engine: FakeEngine, make_adapter: Make
+) -> None:
+    engine.on("/v1/chat/completions", one_piece_then_a_line_without_end)
+    seen: list[Any] = []
+    with pytest.raises(UpstreamUnavailable, match="a line longer than 16777216 bytes"):
+        async for event in make_adapter("vllm").chat_stream(chat()):
+            seen.append(event)
+    assert [e.text for e in seen if isinstance(e, TextDelta)] == ["x"]
+
+
 async def test_total_timeout_without_streaming(engine: FakeEngine, make_adapter: Make) -> None:
     engine.on("/api/chat", hang_until_gone)
     adapter = make_adapter("ollama", timeouts=Timeouts(connect=5, first_byte=5, total=0.15))

@@ -201,6 +201,44 @@ def test_a_short_slow_loris_is_cut_off_while_others_are_served(c: Cluster) -> No
     assert all(answers[i].startswith(b"HTTP/1.1 408") for i in range(12)), answers
 
 
+def _exchange(s: socket.socket, request: bytes) -> bytes:
+    """One request on a kept-alive connection and its whole answer (a body with a length)."""
+    s.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(4096)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(
+        next(h for h in head.lower().split(b"\r\n") if h.startswith(b"content-length"))[15:]
+    )
+    while len(body) < length:
+        body += s.recv(4096)
+    return head
+
+
+def test_each_head_of_a_kept_alive_connection_has_the_whole_timeout(c: Cluster) -> None:
+    """Requests that follow each other on one connection for longer than the header timeout
+    are all served; and a head that starts late on it is given its own full timeout, counted
+    from its first byte, not from an earlier head's."""
+    s = _connect("127.0.0.41", c)
+    try:
+        started = time.monotonic()
+        while time.monotonic() - started < 2 * HEADER_TIMEOUT:
+            assert _exchange(s, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").startswith(
+                b"HTTP/1.1 200"
+            )
+            time.sleep(0.05)
+        time.sleep(HEADER_TIMEOUT * 0.6)  # between requests: nothing is timed
+        began = time.monotonic()
+        s.sendall(b"GET /healthz HTTP/1.1\r\n")  # and no more of this head
+        answer = _read_all(s)
+        waited = time.monotonic() - began
+    finally:
+        s.close()
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert waited >= HEADER_TIMEOUT - 0.01
+
+
 def _audited_ip(c: Cluster) -> str:
     row = c.audit(1)[-1]
     ip: str = row["client_ip"]

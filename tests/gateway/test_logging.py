@@ -49,3 +49,22 @@ async def test_request_id_in_json_logs(capsys: pytest.CaptureFixture[str]) -> No
     assert mine, lines
     done = [line for line in mine if line["event"] == "request finished"]
     assert done and done[0]["backend"] == "vllm-1" and done[0]["output_tokens"] > 0
+
+
+def test_a_value_json_cannot_hold_still_gives_a_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Lines are written by orjson; what it refuses (an integer wider than 64 bits, keys that
+    are not strings) is written by the standard encoder instead of failing the caller, and an
+    object of no JSON type is written as its text."""
+    configure_logging("INFO")
+    try:
+        log = structlog.get_logger("test")
+        log.info("plain", tokens=12, nothing=None)
+        log.info("wide", tokens=2**70, by_choice={0: "a"})
+        log.info("opaque", thing=object())
+    finally:
+        structlog.reset_defaults()
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [line["event"] for line in lines] == ["plain", "wide", "opaque"]
+    assert lines[0]["tokens"] == 12 and lines[0]["nothing"] is None
+    assert lines[1]["tokens"] == 2**70 and lines[1]["by_choice"] == {"0": "a"}
+    assert lines[2]["thing"].startswith("<object object at")

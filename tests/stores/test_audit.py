@@ -314,6 +314,23 @@ async def test_completions_are_gathered_into_one_transaction(stores: SqlStores) 
     assert stores.audit.stats.completed == 20
 
 
+async def test_begins_between_outcomes_do_not_split_their_batch(stores: SqlStores) -> None:
+    """Each begin ends the writer's pause to be written at once; the pause for the outcomes is
+    then taken up again to the same deadline, so they still go as one batch."""
+    stores.audit.complete_delay = 0.5  # far longer than the begins below take
+    records = [start(unique("u")) for _ in range(5)]
+    for r in records:
+        await stores.audit.begin(r)
+    batches, begun = stores.audit.stats.complete_batches, stores.audit.stats.begun
+    for r in records:
+        stores.audit.complete(r.uuid, AuditOutcome(status="ok", input_tokens=1, output_tokens=1))
+        await stores.audit.begin(start(unique("u")))
+    assert stores.audit.stats.begun == begun + 5
+    assert stores.audit.stats.complete_batches == batches  # still gathering
+    assert await stores.audit.written(5.0)
+    assert stores.audit.stats.complete_batches == batches + 1
+
+
 @pytest.mark.parametrize("engine", ["postgresql", "mariadb"])
 async def test_one_refused_outcome_does_not_drop_the_others(
     engine: str, session_databases: SessionDatabases

@@ -3,12 +3,14 @@ a batch is atomic."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
 from bench.harness import FAST_HASHER
 
 from mindrouter.stores.sql import open_stores
 from mindrouter.stores.sql.audit_pg import AuditRowsRejected, PgAuditConnection, connect_args
-from mindrouter.stores.sql.audit_writer import start_values
+from mindrouter.stores.sql.audit_values import start_values
 
 from .conftest import SessionDatabases, unique
 from .test_audit import start
@@ -52,3 +54,31 @@ async def test_a_batch_is_written_whole_or_not_at_all(
         assert await stores.audit_log.get(broken["uuid"]) is None
     finally:
         await stores.aclose()
+
+
+async def test_times_in_any_zone_are_stored_as_the_same_instant(
+    session_databases: SessionDatabases,
+) -> None:
+    """The columns hold naive UTC: an aware time in another zone is converted, to the
+    microsecond, and a naive one is refused rather than guessed."""
+    url = session_databases.url("postgresql")
+    conn = PgAuditConnection(url)
+    at = datetime(2026, 3, 29, 1, 30, 15, 123456, tzinfo=timezone(timedelta(hours=-5)))
+    row = start_values(start(unique("zoned"), created_at=at))
+    naive = start_values(start(unique("naive"), created_at=datetime(2026, 1, 1)))
+    try:
+        await conn.insert([row])
+        with pytest.raises(ValueError, match="naive datetime"):
+            await conn.insert([naive])
+    finally:
+        await conn.close()
+    stores = open_stores(url, hasher=FAST_HASHER)
+    try:
+        stored = await stores.audit_log.get(row["uuid"])
+    finally:
+        await stores.aclose()
+    assert stored is not None
+    assert stored.created_at == at
+    assert stored.created_at.astimezone(UTC).replace(tzinfo=None) == datetime(
+        2026, 3, 29, 6, 30, 15, 123456
+    )

@@ -28,6 +28,11 @@ MAX_LINE = 16 * 1024 * 1024
 # How long to wait for the end of a body after the stream's end marker before giving up on
 # reusing the connection.
 DRAIN_SECONDS = 0.1
+# Line feed and carriage return as byte values. `int in bytes` is a plain scan, where
+# `b"\n" in bytes` first tries the needle as an integer and, on CPython 3.11, builds and drops
+# a TypeError every time (about 2,000 instructions, several times for every event).
+_LF = 0x0A
+_CR = 0x0D
 
 
 class UpstreamStream:
@@ -49,6 +54,7 @@ class UpstreamStream:
         "_finished",
         "_loop",
         "_model",
+        "_opening",
         "_path",
         "_pool",
         "_reading",
@@ -75,6 +81,7 @@ class UpstreamStream:
         self._conn: EngineConnection | None = None
         self._finished = False
         self._buf = b""  # bytes received and not yet taken
+        self._opening = False  # the request is sent and its first line not yet here
         self._reading = False  # an event or a line is being waited for
         self._since = 0.0  # since when
         self._timer: asyncio.TimerHandle | None = None
@@ -83,34 +90,47 @@ class UpstreamStream:
 
     async def __aenter__(self) -> UpstreamStream:
         pool, timeouts, backend = self._pool, self._timeouts, self._backend
-        stage = f"opening the stream at {self._path}"
-        deadline = asyncio.timeout(timeouts.first_byte)
         try:
-            async with deadline:
-                conn = await pool.acquire()
-                try:
-                    payload = orjson.dumps(self._body)
-                    conn.send(pool.request_head(self._path, len(payload)), payload)
-                    status = await conn.head()
-                    if status >= 400:
-                        raw = await conn.read_all()
-                        pool.release(conn)  # the body was read whole: the connection can be reused
-                        raise error_from_status(status, raw, self._model, backend)
-                    # The first whole line (or the end of the body) within the deadline.
-                    while b"\n" not in self._buf and await self._append(conn):
-                        pass
-                except BaseException:
-                    conn.close()
-                    raise
+            conn = await pool.acquire()  # a new connection is bounded by the connect timeout
         except CLIENT_FAILURES as exc:
-            if deadline.expired():
-                raise UpstreamTimeout(
-                    f"{backend}: no first byte within {timeouts.first_byte:g} s", backend
-                ) from exc
-            raise error_from_exception(exc, backend, stage) from exc
+            raise error_from_exception(exc, backend, f"opening the stream at {self._path}") from exc
         self._conn = conn
         self._loop = loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(timeouts.idle, self._watch)
+        # One timer for the whole stream (`_watch`): first the first byte's deadline, then the
+        # idle one. An `asyncio.timeout` around the opening cost three times a timer.
+        self._since = sent = loop.time()
+        self._opening = self._reading = True
+        self._timer = loop.call_at(sent + timeouts.first_byte, self._watch)
+        raw = b""
+        try:
+            payload = orjson.dumps(self._body)
+            conn.send(pool.request_head(self._path, len(payload)), payload)
+            status = await conn.head()
+            if status >= 400:
+                raw = await conn.read_all()
+            else:
+                # The first whole line (or the end of the body) within the deadline.
+                while _LF not in self._buf and await self._append(conn):
+                    pass
+        except BaseException as exc:
+            self._stop_watch()
+            self._conn = None
+            conn.close()
+            if isinstance(exc, CLIENT_FAILURES):
+                stage = f"opening the stream at {self._path}"
+                raise error_from_exception(exc, backend, stage) from exc
+            raise
+        self._opening = self._reading = False
+        if status >= 400:
+            self._stop_watch()
+            self._conn = None
+            pool.release(conn)  # the body was read whole: the connection can be reused
+            raise error_from_status(status, raw, self._model, backend)
+        now = loop.time()
+        if sent + timeouts.first_byte > now + timeouts.idle:
+            # The idle deadline comes first: the timer cannot wait for the first byte's.
+            self._stop_watch()
+            self._timer = loop.call_at(now + timeouts.idle, self._watch)
         return self
 
     async def __aexit__(
@@ -129,11 +149,17 @@ class UpstreamStream:
             conn.close()
 
     def _watch(self) -> None:
-        """The idle timer: a line that has been waited for `idle` seconds fails the read;
-        otherwise the timer is set again for when the wait under way (or the next one) would
-        have lasted that long."""
+        """The stream's timer. While it opens: the first byte's deadline has passed, which fails
+        it. Then: a line that has been waited for `idle` seconds fails the read; otherwise the
+        timer is set again for when the wait under way (or the next one) would have lasted that
+        long."""
         conn, loop, idle = self._conn, self._loop, self._timeouts.idle
         if conn is None or loop is None:
+            return
+        if self._opening:
+            self._timer = None
+            backend, first_byte = self._backend, self._timeouts.first_byte
+            conn.fail(UpstreamTimeout(f"{backend}: no first byte within {first_byte:g} s", backend))
             return
         now = loop.time()
         if self._reading and now - self._since >= idle:
@@ -158,7 +184,7 @@ class UpstreamStream:
 
     def _add(self, data: bytes) -> None:
         self._buf = self._buf + data if self._buf else data
-        if len(self._buf) > MAX_LINE and b"\n" not in data:
+        if len(self._buf) > MAX_LINE and _LF not in data:
             raise MalformedResponse(f"a line longer than {MAX_LINE} bytes")
 
     async def finish(self) -> None:
@@ -283,7 +309,7 @@ class UpstreamStream:
 
     def _sse_events(self) -> tuple[list[bytes], int]:
         rest = self._buf
-        if b"\r" in rest:
+        if _CR in rest:
             rest = rest.replace(b"\r\n", b"\n")
         *blocks, self._buf = rest.split(b"\n\n")
         return [data for block in blocks if (data := _event_data(block)) is not None], len(blocks)
@@ -295,7 +321,7 @@ class UpstreamStream:
 
 def _event_data(block: bytes) -> bytes | None:
     """The data of one event's lines (no blank line among them), None when it has none."""
-    if block.startswith(b"data: ") and b"\n" not in block:
+    if block.startswith(b"data: ") and _LF not in block:
         return block[6:]  # the common shape: one data line
     data: bytes | None = None
     for line in block.split(b"\n"):

@@ -1,6 +1,7 @@
 """Connection-level defences the ASGI server lacks: a deadline for the request head, a size cap
 on it, and a cap on the connections one client address may hold open; and a way to write a
-stream's chunks to the client from a callback (`DirectWriter`).
+stream's chunks to the client from a callback (`DirectWriter`), and a test of whether a
+request's body bytes are already here (`body_arrived`).
 
 uvicorn closes idle keep-alive connections, but a connection that trickles its request line and
 headers one byte at a time (slow-loris), or never sends anything at all, is kept forever, and
@@ -73,6 +74,7 @@ class _GuardedProtocol(HttpToolsProtocol):
     _open_by_address: ClassVar[dict[str, int]]
     _counted: str | None = None
     _head_timer: asyncio.TimerHandle | None = None
+    _head_since = 0.0  # when the head under way (or the last one) began
     _head_bytes = 0
     _in_head = False
 
@@ -91,6 +93,9 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._end_head()
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
         host, self._counted = self._counted, None
         if host is not None:
             left = self._open_by_address.get(host, 1) - 1
@@ -132,15 +137,29 @@ class _GuardedProtocol(HttpToolsProtocol):
             return
         self._in_head = True
         self._head_bytes = 0
-        self._head_timer = self.loop.call_later(
-            self._policy.header_timeout_s, self._refuse, HEAD_TIMEOUT
-        )
+        self._head_since = now = self.loop.time()
+        if self._head_timer is None:
+            due = now + self._policy.header_timeout_s
+            self._head_timer = self.loop.call_at(due, self._head_due)
+
+    def _head_due(self) -> None:
+        """The head's deadline, one timer per connection rather than one per request: the
+        requests of a kept-alive connection follow each other well within the deadline, and a
+        timer set and cancelled for each costs a few microseconds. When it fires, a head under
+        way for the whole timeout is refused; one that started since is given the rest of its
+        own time; between requests the timer is not set again (the next head sets it)."""
+        self._head_timer = None
+        if not self._in_head:
+            return
+        due = self._head_since + self._policy.header_timeout_s
+        now = self.loop.time()
+        if now >= due:
+            self._refuse(HEAD_TIMEOUT)
+        else:  # never in the same turn again: a timer may fire a little early
+            self._head_timer = self.loop.call_at(max(due, now + 0.001), self._head_due)
 
     def _end_head(self) -> None:
         self._in_head = False
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
 
     def _refuse(self, response: bytes) -> None:
         self._end_head()
@@ -196,6 +215,17 @@ def direct_writer(scope: Mapping[str, Any]) -> DirectWriter | None:
     ):
         return None
     return DirectWriter(cycle)
+
+
+def body_arrived(scope: Mapping[str, Any]) -> Callable[[], bool] | None:
+    """A test of whether the request's next `receive()` answers at once: the server holds body
+    bytes, or the body's end, that the application has not taken yet (its cycle's message
+    event is set, so `receive` does not wait). None when the request was not served by this
+    module's protocol or the cycle has no such event (another server version)."""
+    ref = scope.get(RESPONSE_CYCLE)
+    cycle: RequestResponseCycle | None = ref() if ref is not None else None
+    event = getattr(cycle, "message_event", None)
+    return event.is_set if isinstance(event, asyncio.Event) else None
 
 
 _CYCLE_FIELDS = (

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any
 
+import orjson
 import structlog
 
 log = structlog.get_logger("mindrouter")
@@ -25,6 +29,16 @@ class _StderrLogger:
     debug = info = warning = warn = error = err = critical = exception = fatal = msg
 
 
+def _json_line(event: dict[str, Any], default: Callable[[Any], Any] | None = None, **_: Any) -> str:
+    """One event as a line of JSON. orjson takes about a third of the stdlib encoder's time
+    (every request logs a line); what it refuses (an integer wider than 64 bits) goes to the
+    stdlib encoder, which takes everything, so a log line never fails its request."""
+    try:
+        return orjson.dumps(event, default=default, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(event, default=default or repr)
+
+
 def _stderr_logger(*_: object) -> _StderrLogger:
     return _StderrLogger()
 
@@ -34,7 +48,9 @@ def configure_logging(level: str = "INFO", json: bool = True) -> None:
     if not isinstance(numeric, int):
         numeric = logging.INFO
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer(serializer=_json_line)
+        if json
+        else structlog.dev.ConsoleRenderer(colors=False)
     )
     structlog.configure(
         processors=[

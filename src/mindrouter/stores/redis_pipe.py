@@ -130,6 +130,10 @@ class PipedRedis:
         self._conn: _Connection | None = None  # open, greeted (its greeting may be in flight)
         self._opening: asyncio.Task[None] | None = None
         self._queued: list[tuple[bytes, asyncio.Future[Any]]] = []  # issued while opening
+        # The commands waiting for a reply, oldest first, with their deadlines; one timer (the
+        # watchdog) for the oldest: replies come in order, so it is the first to be late.
+        self._deadlines: deque[tuple[float, asyncio.Future[Any]]] = deque()
+        self._watchdog: asyncio.TimerHandle | None = None
         self.connects = 0
 
     @classmethod
@@ -149,42 +153,56 @@ class PipedRedis:
         """Writes the command now (see the module doc) and returns the future of its reply,
         which nobody need wait for: a reply not in within `timeout` closes the connection
         (failing the command), as in `call`."""
-        loop = asyncio.get_running_loop()
-        future = self._issue(_pack(args), now=True)
-        timer = loop.call_later(self.timeout, self._time_out, future)
-        future.add_done_callback(lambda _: timer.cancel())
-        return future
+        return self._issue(_pack(args), now=True)
 
     def _issue(self, packed: bytes, *, now: bool) -> asyncio.Future[Any]:
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         if self._conn is not None:
             self._conn.write(packed, future, now=now)
         else:
             self._queued.append((packed, future))
             if self._opening is None:
                 self._opening = asyncio.ensure_future(self._open())
+        # The reply is due within `timeout`. One timer watches every command in flight rather
+        # than one each (a timer costs a few microseconds to set and cancel, twice a request).
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
+        deadlines.append((loop.time() + self.timeout, future))
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(deadlines[0][0], self._watch)
         return future
 
     async def call(self, *args: Arg) -> Any:
         """The command's reply, within `timeout` seconds. The command is written at the end of
         this turn of the event loop, in one write with the others issued in the turn (and at
         once with a `send` issued after it)."""
-        # A timer on the reply rather than `asyncio.timeout` around the wait: the same bound
-        # at a fifth of the cost (this runs for every admission).
-        future = self._issue(_pack(args), now=False)
-        timer = asyncio.get_running_loop().call_later(self.timeout, self._time_out, future)
-        try:
-            return await future
-        finally:
-            timer.cancel()
+        return await self._issue(_pack(args), now=False)
 
-    def _time_out(self, future: asyncio.Future[Any]) -> None:
-        """The command's reply did not come within `timeout`: the command fails (also while
-        the connection is still being opened) and the connection is closed, since what was
-        sent after the command may never be answered either."""
-        if not future.done():
+    def _watch(self) -> None:
+        """The watchdog: the oldest command still waiting whose deadline has passed fails (also
+        while the connection is still being opened) and the connection is closed, since what
+        was sent after it may never be answered either; then the watchdog is set again for the
+        oldest command still waiting, if any."""
+        self._watchdog = None
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()
+        if not deadlines:
+            return
+        loop = asyncio.get_running_loop()
+        deadline, future = deadlines[0]
+        if deadline <= loop.time():
+            deadlines.popleft()
             future.set_exception(redis_errors.TimeoutError("Redis did not answer in time"))
             self._drop(redis_errors.TimeoutError("Redis did not answer in time"))
+            while deadlines and deadlines[0][1].done():
+                deadlines.popleft()
+            if not deadlines:
+                return
+        # At the next deadline, and never in the same turn again (a timer may fire early).
+        self._watchdog = loop.call_at(max(deadlines[0][0], loop.time() + 0.001), self._watch)
 
     async def aclose(self) -> None:
         """Waits (at most `timeout`) for the replies still due, then closes the connection."""
@@ -195,6 +213,9 @@ class PipedRedis:
         if pending:
             await asyncio.wait(pending, timeout=self.timeout)
         self._drop(redis_errors.ConnectionError("the connection was closed"))
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     async def _open(self) -> None:
         greeting: list[asyncio.Future[Any]] = []

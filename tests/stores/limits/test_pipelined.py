@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from bench.harness import OwnRedis
+from redis import exceptions as redis_errors
 
 from mindrouter.stores.limits import (
     Limits,
@@ -22,6 +23,7 @@ from mindrouter.stores.limits import (
     ResilientLimitStore,
     UsageNotLoaded,
 )
+from mindrouter.stores.redis_pipe import PipedRedis
 
 T0 = 1_700_000_000.0
 LIMITS = Limits(max_concurrent=2, token_budget=1000)
@@ -110,3 +112,35 @@ async def test_the_first_renewal_after_redis_restarted_reaches_it(own_redis: Own
     ticket = await store.admit("carol", LIMITS, 10, T0 + 3)
     assert ticket.origin == "redis" and store.pending_tokens == {}
     await store.close()
+
+
+async def test_one_watchdog_times_out_each_command_at_its_own_deadline(
+    own_redis: OwnRedis,
+) -> None:
+    """Commands answered in time never time out, however long the traffic lasts past the
+    first one's deadline; once Redis hangs, a command fails `timeout` after it was sent, not
+    when an earlier one's deadline passed."""
+    pipe = PipedRedis({"host": "127.0.0.1", "port": own_redis.port}, timeout=0.2)
+    loop = asyncio.get_running_loop()
+    try:
+        until = loop.time() + 0.7  # past three deadlines, a command every 10 ms
+        while loop.time() < until:
+            assert await pipe.call("PING") == b"PONG"
+            pipe.send("PING")
+            await asyncio.sleep(0.01)
+        assert pipe.connects == 1
+        assert own_redis._proc is not None
+        pid = own_redis._proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            sent_at = loop.time()
+            with pytest.raises(redis_errors.TimeoutError):
+                await pipe.call("PING")
+            waited = loop.time() - sent_at
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert waited >= 0.2 - 0.005  # its own deadline, not one set before it
+        assert await pipe.call("PING") == b"PONG"  # a new connection
+        assert pipe.connects == 2
+    finally:
+        await pipe.aclose()

@@ -165,11 +165,19 @@ def connect_args(url: str | URL) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k not in _DIALECT_ONLY}
 
 
+# An aware datetime less the aware epoch is a timedelta whatever its zone; added to the naive
+# epoch, it is the naive UTC time. `astimezone(UTC).replace(tzinfo=None)` gives the same in ten
+# times the time (2.2 against 0.2 µs: `replace` parses its keywords), three or four times a
+# request.
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_NAIVE_EPOCH = datetime(1970, 1, 1)
+
+
 def _stored(value: Any) -> Any:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError("naive datetime given to the database; use an aware UTC datetime")
-        return value.astimezone(UTC).replace(tzinfo=None)
+        return _NAIVE_EPOCH + (value - _EPOCH)
     return value
 
 

@@ -40,6 +40,7 @@ from mindrouter.observability.logging import log
 from mindrouter.stores.audit_records import AuditOutcome, AuditStart
 from mindrouter.stores.sql.audit_close import close_records
 from mindrouter.stores.sql.audit_pg import AuditRowsRejected, PgAuditConnection
+from mindrouter.stores.sql.audit_values import outcome_values, start_values
 from mindrouter.stores.sql.schema import audit_records
 from mindrouter.stores.sql.transactions import DATABASE_ERRORS
 from mindrouter.tasks import pause, release
@@ -48,7 +49,6 @@ MAX_BATCH = 500
 COMPLETE_DELAY = 0.05
 COMPLETE_RETRIES = 5
 MAX_RETRY_PAUSE = 5.0
-_ERROR_TEXT_LIMIT = 8_000
 # A record the driver cannot serialise fails with TypeError / ValueError, before any SQL runs.
 WRITE_ERRORS: tuple[type[Exception], ...] = (
     *DATABASE_ERRORS,
@@ -64,58 +64,6 @@ class WriterStats:
     begun: int = 0
     complete_batches: int = 0
     completed: int = 0
-
-
-def _storable(value: str | None, limit: int | None = None) -> str | None:
-    """`value` as a text column can hold it: at most `limit` characters, and no NUL, which
-    PostgreSQL text refuses (the whole batch would fail). A model may well emit one; it is kept
-    as U+FFFD, the mark for a character that could not be represented."""
-    if value is None:
-        return None
-    if "\x00" in value:
-        value = value.replace("\x00", "\ufffd")
-    return value if limit is None or len(value) <= limit else value[:limit]
-
-
-def start_values(record: AuditStart) -> dict[str, Any]:
-    return {
-        "uuid": record.uuid,
-        "request_id": _storable(record.request_id, 64),
-        "created_at": record.created_at,
-        "user_id": record.user_id,
-        "user_name": record.user_name,
-        "key_id": record.key_id,
-        "key_prefix": record.key_prefix,
-        "model": _storable(record.model, 200),
-        "endpoint": _storable(record.endpoint, 200),
-        "messages": record.messages,
-        "stream": record.stream,
-        "client_ip": _storable(record.client_ip, 64),
-        "user_agent": _storable(record.user_agent, 500),
-        "status": "pending",
-        "attempts": 0,
-        "purged": False,
-        "instance_id": record.instance_id,
-    }
-
-
-def outcome_values(uuid: str, outcome: AuditOutcome) -> dict[str, Any]:
-    # Bound parameter names must differ from column names in an UPDATE's SET clause.
-    return {
-        "b_uuid": uuid,
-        "b_status": outcome.status,
-        "b_output": _storable(outcome.output),
-        "b_input_tokens": outcome.input_tokens,
-        "b_output_tokens": outcome.output_tokens,
-        "b_error_message": _storable(outcome.error_message, _ERROR_TEXT_LIMIT),
-        "b_backend": _storable(outcome.backend, 100),
-        "b_attempts": outcome.attempts,
-        "b_queued_ms": outcome.queued_ms,
-        "b_first_token_ms": outcome.first_token_ms,
-        "b_total_ms": outcome.total_ms,
-        "b_completed_at": outcome.completed_at,
-        "b_period_start": outcome.period_start,
-    }
 
 
 def _unreachable(exc: BaseException | None) -> bool:
@@ -156,6 +104,8 @@ class AuditWriter:
         self._barriers: list[tuple[int, asyncio.Future[None]]] = []
         # What the drain task waits on while it pauses; a begin or a flush resolves it.
         self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None  # ends the pause under way, at _timer_due
+        self._timer_due = 0.0
         self._urgent = False  # flush() or close() is waiting: no pause for completions
         self._drain: asyncio.Task[None] | None = None
         self._closed = False
@@ -231,6 +181,9 @@ class AuditWriter:
         if self._begins or self._completions:
             self._kick()
             await self.flush()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         await self._close_pg()
 
     async def _close_pg(self) -> None:
@@ -246,16 +199,29 @@ class AuditWriter:
         if self._waiter is not None:
             release(self._waiter)
 
-    async def _pause(self, seconds: float) -> None:
-        """Waits `seconds`, or less if woken (a pause ends at nearly every begin), and not at
-        all with begins queued (they may have come while a write was failing)."""
+    async def _pause_until(self, due: float) -> None:
+        """Waits until the loop's time is `due`, or less if woken (a pause ends at nearly every
+        begin), and not at all with begins queued (they may have come while a write was
+        failing). A pause ended early keeps its timer for the next pause to the same time: the
+        wait for an outcome batch is ended by nearly every begin and then taken up again, and a
+        timer set and cancelled each time would cost a few microseconds a request."""
         if self._begins:
             return
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        if self._timer is not None and self._timer_due != due:
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None:
+            self._timer, self._timer_due = loop.call_at(due, self._due), due
+        self._waiter = loop.create_future()
         try:
-            await pause(self._waiter, seconds)
+            await self._waiter
         finally:
             self._waiter = None
+
+    def _due(self) -> None:
+        self._timer = None
+        self._wake()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -266,11 +232,16 @@ class AuditWriter:
                     continue
                 due = self._oldest_completion + self.complete_delay
                 hurry = self._urgent or self._barriers
-                if not hurry and len(self._completions) < self.max_batch:
-                    left = due - loop.time()
-                    if left > 0:
-                        await self._pause(left)
-                        continue
+                # Due within a millisecond counts as due: uvloop rounds a timer to the
+                # millisecond and may end the pause that much early, and pausing again for
+                # the rest would spin through a dozen timers.
+                if (
+                    not hurry
+                    and len(self._completions) < self.max_batch
+                    and due - loop.time() > 1e-3
+                ):
+                    await self._pause_until(due)
+                    continue
                 await self._write_completions()
                 self._oldest_completion = loop.time()
             if self._closed:
@@ -388,7 +359,8 @@ class AuditWriter:
             log.warning("audit outcomes not written yet; retrying", error=str(exc))
             self._completions[:0] = batch
             # Back off, but a begin arriving meanwhile is written at once.
-            await self._pause(min(0.1 * 2 ** min(self._complete_failures, 6), MAX_RETRY_PAUSE))
+            backoff = min(0.1 * 2 ** min(self._complete_failures, 6), MAX_RETRY_PAUSE)
+            await self._pause_until(asyncio.get_running_loop().time() + backoff)
             return
         self._complete_failures = 0
         self.stats.complete_batches += 1
