@@ -39,20 +39,6 @@ _mr_atexit.register(_mr_gc_dump)
 """
 )
 
-# Not a candidate but an instrument: a deterministic profile of the event loop's thread, written
-# when the gateway exits, into /tmp/mindrouter-<pid>.pstats (pstats format): exact call counts
-# per request, where py-spy's samples give only shares. Divide by the calls of a plain function
-# that runs once per request (`record_outcome`): cProfile counts every resumption of a
-# coroutine as a call. Its own cost inflates small functions most.
-CPROFILE = """
-import atexit as _mr_atexit
-import cProfile as _mr_cprofile
-import os as _mr_os
-_mr_profiler = _mr_cprofile.Profile()
-_mr_profiler.enable()
-_mr_atexit.register(lambda: _mr_profiler.dump_stats(f"/tmp/mindrouter-{_mr_os.getpid()}.pstats"))
-"""
-
 
 def _alongside(coroutine: str) -> str:
     """Code that runs the instrument's `coroutine()` in the gateway's event loop beside the
@@ -67,6 +53,23 @@ async def _mr_beside(coro):
         task.cancel()
 _mr_cli._event_loop_runner = lambda: (lambda coro: _mr_run(_mr_beside(coro)))
 """
+
+
+# Not a candidate but an instrument: a deterministic profile of the event loop's thread from 13 s
+# after the start (past the start-up and the warm-up, so that what it counts is the requests'),
+# written when the gateway exits, into /tmp/mindrouter-<pid>.pstats (pstats format): exact call
+# counts per request, where py-spy's samples give only shares. Divide by the calls of a plain
+# function that runs once per request (`record_outcome`): cProfile counts every resumption of a
+# coroutine as a call. Its own cost inflates small functions most.
+CPROFILE = """
+import asyncio as _mr_asyncio, atexit as _mr_atexit, cProfile as _mr_cprofile, os as _mr_os
+import mindrouter.cli as _mr_cli
+_mr_profiler = _mr_cprofile.Profile()
+async def _mr_profile_later():
+    await _mr_asyncio.sleep(13)
+    _mr_profiler.enable()  # in the event loop's thread: the profile is per thread
+_mr_atexit.register(lambda: _mr_profiler.dump_stats(f"/tmp/mindrouter-{_mr_os.getpid()}.pstats"))
+""" + _alongside("_mr_profile_later")
 
 
 # Not a candidate but an instrument: how often and how long the event loop stalls, and the

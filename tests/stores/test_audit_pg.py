@@ -3,14 +3,22 @@ a batch is atomic."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta, timezone
 
+import asyncpg
 import pytest
 from bench.harness import FAST_HASHER
 
-from mindrouter.stores.sql import open_stores
-from mindrouter.stores.sql.audit_pg import AuditRowsRejected, PgAuditConnection, connect_args
-from mindrouter.stores.sql.audit_values import start_values
+from mindrouter.stores.audit_records import AuditOutcome
+from mindrouter.stores.sql import audit_pg, open_stores
+from mindrouter.stores.sql.audit_pg import (
+    AuditConnectionLost,
+    AuditRowsRejected,
+    PgAuditConnection,
+    connect_args,
+)
+from mindrouter.stores.sql.audit_values import outcome_values, start_values
 
 from .conftest import SessionDatabases, unique
 from .test_audit import start
@@ -82,3 +90,86 @@ async def test_times_in_any_zone_are_stored_as_the_same_instant(
     assert stored.created_at.astimezone(UTC).replace(tzinfo=None) == datetime(
         2026, 3, 29, 6, 30, 15, 123456
     )
+
+
+async def test_a_batch_of_outcomes_reads_back_as_written(
+    session_databases: SessionDatabases,
+) -> None:
+    """The outcome batch travels as one JSON document: text with quotes, line breaks and any
+    script, nulls, fractions of a millisecond and times to the microsecond come back as they
+    went; a value JSON cannot hold (a lone surrogate) fails the batch as a refused one."""
+    url = session_databases.url("postgresql")
+    conn = PgAuditConnection(url)
+    rows = [start_values(start(unique(f"o{i}"))) for i in range(3)]
+    done = datetime(2026, 5, 4, 3, 2, 1, 654321, tzinfo=UTC)
+    outcomes = [
+        AuditOutcome(
+            status="ok",
+            output='He said "hi"\nthen \\ left: é 漢字 🙂',
+            input_tokens=3,
+            output_tokens=5,
+            backend="b-1",
+            attempts=1,
+            queued_ms=0.125,
+            first_token_ms=12.5,
+            total_ms=33.0625,
+            completed_at=done,
+        ),
+        AuditOutcome(status="error", error_message="boom", attempts=2, completed_at=done),
+        AuditOutcome(status="cancelled", output="", completed_at=done),
+    ]
+    try:
+        await conn.insert(rows)
+        await conn.complete(
+            [outcome_values(r["uuid"], o) for r, o in zip(rows, outcomes, strict=True)]
+        )
+        with pytest.raises(AuditRowsRejected):
+            await conn.complete([outcome_values(rows[0]["uuid"], AuditOutcome("ok", "\ud800"))])
+    finally:
+        await conn.close()
+    stores = open_stores(url, hasher=FAST_HASHER)
+    try:
+        seen = [await stores.audit_log.get(r["uuid"]) for r in rows]
+    finally:
+        await stores.aclose()
+    first, second, third = seen
+    assert first is not None and second is not None and third is not None
+    assert first.status == "ok" and first.output == outcomes[0].output
+    assert (first.input_tokens, first.output_tokens, first.attempts) == (3, 5, 1)
+    assert (first.queued_ms, first.first_token_ms, first.total_ms) == (0.125, 12.5, 33.0625)
+    assert first.completed_at == done and first.backend == "b-1"
+    assert (second.status, second.error_message, second.first_token_ms) == ("error", "boom", None)
+    assert (third.status, third.output) == ("cancelled", "")
+
+
+async def test_a_statement_that_does_not_finish_in_time_fails_and_the_next_one_works(
+    session_databases: SessionDatabases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A statement stuck behind a lock is cut off after the command timeout, its connection
+    closed, and tried once more on a new one (stuck again: the batch fails); once the lock is
+    gone the writer goes on. Statements that finish in time, however many, are never cut off."""
+    monkeypatch.setattr(audit_pg, "COMMAND_TIMEOUT_S", 0.3)
+    url = session_databases.url("postgresql")
+    conn = PgAuditConnection(url)
+    locker = await asyncpg.connect(**connect_args(url))
+    try:
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 0.8  # past two timeouts of statements that finish in time
+        while loop.time() < until:
+            await conn.insert([start_values(start(unique("quick")))])
+        stuck = start_values(start(unique("stuck")))
+        async with locker.transaction():
+            await locker.execute("LOCK TABLE audit_records IN ACCESS EXCLUSIVE MODE")
+            began = loop.time()
+            with pytest.raises(AuditConnectionLost):
+                await conn.insert([stuck])
+            assert loop.time() - began >= 2 * 0.3 - 0.01  # two attempts, each cut off
+        await conn.insert([stuck])
+    finally:
+        await locker.close()
+        await conn.close()
+    stores = open_stores(url, hasher=FAST_HASHER)
+    try:
+        assert await stores.audit_log.get(stuck["uuid"]) is not None
+    finally:
+        await stores.aclose()

@@ -74,9 +74,12 @@ _INSERT = (
 # A batch of outcomes in one statement, so one round trip: the records still `pending` are
 # closed, and what they used is charged to their users' usage, as `audit_close.close_records`
 # does in several (see there for why the two commit together and why only `pending` rows).
-# The outcomes come as one array per column. A user that no longer exists is not charged (the
-# join). The usage rows are locked in the order of their user ids, so two closers charging the
-# same users cannot deadlock, and the period arithmetic runs on the locked row, as
+# The outcomes come as one JSON array of objects, read back as rows by `jsonb_to_recordset`:
+# as arrays (one a column, `unnest`), asyncpg checked every element against two abstract
+# base classes in Python, about a thousand instructions an element, where orjson writes the
+# whole batch in one call. A user that no longer exists is not charged (the join). The usage
+# rows are locked in the order of their user ids, so two closers charging the same users
+# cannot deadlock, and the period arithmetic runs on the locked row, as
 # `usage.current_period_start` does: periods of `days` aligned to the first charge.
 OUTCOME_COLUMNS = (
     ("uuid", "text"),
@@ -93,11 +96,11 @@ OUTCOME_COLUMNS = (
     ("completed_at", "timestamp"),
     ("period_start", "timestamp"),
 )
-_ARRAYS = ", ".join(f"${i + 1}::{kind}[]" for i, (_, kind) in enumerate(OUTCOME_COLUMNS))
+_RECORD = ", ".join(f"{name} {kind}" for name, kind in OUTCOME_COLUMNS)
 _SET = ", ".join(f"{name} = v.{name}" for name, _ in OUTCOME_COLUMNS[1:-1])
 _COMPLETE = f"""
 WITH v AS (
-    SELECT * FROM unnest({_ARRAYS}) AS v({", ".join(name for name, _ in OUTCOME_COLUMNS)})
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS v({_RECORD})
 ), closed AS (
     UPDATE audit_records AS a SET {_SET}
     FROM v WHERE a.uuid = v.uuid AND a.status = 'pending'
@@ -114,7 +117,7 @@ WITH v AS (
 )
 INSERT INTO usage AS s (user_id, period_start, period_tokens, lifetime_tokens, updated_at)
 SELECT user_id, CASE WHEN first_start <= at THEN first_start ELSE at END, tokens, tokens,
-    ${len(OUTCOME_COLUMNS) + 1}::timestamp
+    $2::timestamp
 FROM due ORDER BY user_id
 ON CONFLICT (user_id) DO UPDATE SET
     (period_start, period_tokens) = (
@@ -133,9 +136,15 @@ ON CONFLICT (user_id) DO UPDATE SET
 
 
 def outcome_args(rows: Sequence[dict[str, Any]], now: datetime) -> tuple[Any, ...]:
-    """The arrays `_COMPLETE` takes, from the writer's outcome parameters (`b_`-prefixed)."""
-    arrays = tuple([_stored(row[f"b_{name}"]) for row in rows] for name, _ in OUTCOME_COLUMNS)
-    return (*arrays, _stored(now))
+    """What `_COMPLETE` takes, from the writer's outcome parameters (`b_`-prefixed): the batch
+    as JSON, and the time of the charge. A value JSON cannot hold fails the batch as one the
+    server refused (the writer then tries its rows one by one)."""
+    batch = [{name: _stored(row[f"b_{name}"]) for name, _ in OUTCOME_COLUMNS} for row in rows]
+    try:
+        encoded = orjson.dumps(batch).decode()
+    except orjson.JSONEncodeError as exc:
+        raise AuditRowsRejected(type(exc).__name__) from exc
+    return (encoded, _stored(now))
 
 
 class AuditConnectionLost(ConnectionError):
@@ -205,6 +214,11 @@ class PgAuditConnection:
         self._conn: asyncpg.Connection | None = None
         self._connected_at = 0.0
         self._clock = clock
+        # One statement at a time, bounded by one timer that is moved on rather than set and
+        # cancelled for each statement (asyncpg's own `command_timeout` sets one per statement:
+        # a few microseconds, every request).
+        self._statement_since: float | None = None  # the loop's time the statement was sent
+        self._watchdog: asyncio.TimerHandle | None = None
 
     async def insert(self, rows: Sequence[dict[str, Any]]) -> None:
         await self._run(_INSERT, [insert_args(r) for r in rows])
@@ -216,6 +230,9 @@ class PgAuditConnection:
         await self._run(_COMPLETE, [outcome_args(rows, datetime.now(UTC))])
 
     async def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         conn, self._conn = self._conn, None
         if conn is not None and not conn.is_closed():
             try:
@@ -232,6 +249,10 @@ class PgAuditConnection:
 
     async def _transaction(self, sql: str, args: list[tuple[Any, ...]]) -> None:
         conn = await self._connection()
+        loop = asyncio.get_running_loop()
+        self._statement_since = now = loop.time()
+        if self._watchdog is None:
+            self._watchdog = loop.call_at(now + COMMAND_TIMEOUT_S, self._statement_due)
         try:
             # No explicit transaction: asyncpg runs `executemany` as one implicit transaction
             # (every row's Bind/Execute, then one Sync: all rows or none), so a batch is one
@@ -260,6 +281,25 @@ class PgAuditConnection:
             # cannot vouch for (InternalClientError after a rollback on a dead socket).
             self._drop(conn)
             raise AuditConnectionLost(f"{type(exc).__name__}: {exc}") from exc
+        finally:
+            self._statement_since = None
+
+    def _statement_due(self) -> None:
+        """The watchdog: a statement under way for COMMAND_TIMEOUT_S fails, its connection
+        closed under it (the batch is then sent once more on a new one: a half-open connection
+        would otherwise hold every begin behind it for ever); one under way for less is given
+        the rest of its time; with none under way the next statement sets the watchdog again."""
+        self._watchdog = None
+        since, conn = self._statement_since, self._conn
+        if since is None or conn is None:
+            return
+        loop = asyncio.get_running_loop()
+        due = since + COMMAND_TIMEOUT_S
+        if loop.time() >= due - 1e-3:  # uvloop may fire a timer up to a millisecond early
+            log.warning("an audit statement did not finish in time", seconds=COMMAND_TIMEOUT_S)
+            self._drop(conn)
+        else:
+            self._watchdog = loop.call_at(due, self._statement_due)
 
     async def _connection(self) -> asyncpg.Connection:
         conn = self._conn
@@ -268,9 +308,7 @@ class PgAuditConnection:
                 return conn
             self._drop(conn)
         try:
-            conn = await asyncpg.connect(
-                **self._connect_args, timeout=CONNECT_TIMEOUT_S, command_timeout=COMMAND_TIMEOUT_S
-            )
+            conn = await asyncpg.connect(**self._connect_args, timeout=CONNECT_TIMEOUT_S)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             raise AuditConnectionLost(f"{type(exc).__name__}: {exc}") from exc
         self._conn = conn
