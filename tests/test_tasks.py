@@ -1,5 +1,5 @@
 """Background tasks: a pause ends when released or when its time is up; a loop whose
-cancellation is lost once still stops."""
+cancellation is lost once still stops; an alarm rings at the earliest time it was armed for."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from mindrouter.tasks import pause, release, stop_task
+from mindrouter.tasks import SLACK_S, Alarm, pause, release, stop_task
 
 
 async def test_a_loop_that_loses_one_cancellation_still_stops() -> None:
@@ -55,3 +55,33 @@ async def test_a_pause_ends_when_released_or_when_its_time_is_up() -> None:
     timed: asyncio.Future[None] = loop.create_future()
     await pause(timed, 0.01)
     assert timed.done()
+
+
+async def test_an_alarm_rings_once_at_its_earliest_time_and_again_when_asked() -> None:
+    loop = asyncio.get_running_loop()
+    rings: list[float] = []
+    again = [True]
+
+    def check(now: float) -> float | None:
+        rings.append(now)
+        if again[0]:
+            again[0] = False
+            return now  # "not quite yet": looked at again, but never in the same turn
+        return None
+
+    alarm = Alarm()
+    start = loop.time()
+    alarm.arm(start + 0.05, check)
+    alarm.arm(start + 0.02, check)  # earlier: moves the timer
+    alarm.arm(start + 0.5, check)  # later: changes nothing
+    for _ in range(500):
+        if len(rings) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert len(rings) == 2
+    assert rings[0] >= start + 0.02 - SLACK_S
+    assert rings[1] >= rings[0] + SLACK_S / 2
+    alarm.arm(loop.time() + 0.01, check)
+    alarm.cancel()
+    await asyncio.sleep(0.05)
+    assert len(rings) == 2

@@ -39,7 +39,6 @@ import orjson
 from bench.harness import OwnRedis
 from bench.overhead import run, targets
 from bench.overhead.client import Pool, Result, post_once
-from bench.overhead.profile_streams import _launcher_at
 from bench.overhead.targets import HOST
 
 IDLE_S = 4.0
@@ -153,8 +152,8 @@ async def main(ns: argparse.Namespace) -> None:
     try:
         argvs = {"working tree": targets.cli_with(_QUIET)}
         if ns.against:
-            _launcher_at(ns.against, old_src)  # extracts the revision's source
-            argvs = {ns.against: targets.cli_with(_QUIET, old_src / "src"), **argvs}
+            src = targets.source_at(ns.against, old_src)
+            argvs = {ns.against: targets.cli_with(_QUIET, src), **argvs}
         gws: list[Counted] = []
         for i, (name, argv) in enumerate(argvs.items()):
             stem = keep / f"gw{i}"

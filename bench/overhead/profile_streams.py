@@ -30,8 +30,6 @@ import contextlib
 import math
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -192,19 +190,6 @@ def _report(ns: argparse.Namespace, st: dict[str, Any], raw: Path | None) -> str
     return "\n".join(lines) + "\n"
 
 
-def _launcher_at(rev: str, into: Path) -> list[str]:
-    """argv that starts `mindrouter` from the source of `rev`."""
-    archive = subprocess.run(
-        ["git", "archive", rev, "src"], cwd=targets.REPO, capture_output=True, check=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    code = (
-        f"import sys; sys.path.insert(0, {str(into / 'src')!r}); "
-        "from mindrouter.cli import main; sys.exit(main(sys.argv[1:]))"
-    )
-    return [sys.executable, "-c", code]
-
-
 async def against(ns: argparse.Namespace) -> Path:
     with contextlib.suppress(OSError, AttributeError):
         os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
@@ -219,7 +204,7 @@ async def against(ns: argparse.Namespace) -> Path:
     rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     try:
         gws: dict[str, run.Target] = {}
-        argvs = (_launcher_at(ns.against, old_src), launcher(ns.variant))
+        argvs = (targets.cli_with("", targets.source_at(ns.against, old_src)), launcher(ns.variant))
         for name, argv in zip(names[:2], argvs, strict=True):
             gw = await targets.start_mindrouter(ns.profile, mock.port, workdir, argv)
             servers.append(gw)

@@ -41,7 +41,6 @@ import redis
 from bench.harness import OwnRedis
 from bench.overhead import run, targets
 from bench.overhead.client import Pool, Result, closed_loop, open_loop, post_once
-from bench.overhead.profile_streams import _launcher_at
 from bench.overhead.targets import HOST
 
 # Run in the gateway before `mindrouter.cli.main`: counts every round trip to Redis by the
@@ -158,10 +157,8 @@ async def trips(ns: argparse.Namespace) -> None:
     await post_once(HOST, mock.port, "/_config", orjson.dumps(shape))
     src = None
     if ns.rev:
-        src = workdir / "src-at-rev"
-        src.mkdir()
-        _launcher_at(ns.rev, src)  # extracts the revision's source into `src`
-        src = src / "src"
+        (workdir / "src-at-rev").mkdir()
+        src = targets.source_at(ns.rev, workdir / "src-at-rev")
     argv = targets.cli_with(_COUNTER, src)
     gw = await targets.start_mindrouter("governed", mock.port, workdir, argv)
     try:
@@ -241,7 +238,7 @@ async def cpu(ns: argparse.Namespace) -> None:
         shape = {"first_token_ms": 0, "chunks": ns.chunks, "gap_ms": 0}
         await post_once(HOST, mock.port, "/_config", orjson.dumps(shape))
         gws: dict[str, run.Target] = {}
-        argvs = (_launcher_at(ns.against, old_src), [sys.executable, "-m", "mindrouter.cli"])
+        argvs = (targets.cli_with("", targets.source_at(ns.against, old_src)), targets.cli_with(""))
         for name, argv in zip(names, argvs, strict=True):
             gw = await targets.start_mindrouter("governed", mock.port, workdir, argv)
             servers.append(gw)

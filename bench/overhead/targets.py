@@ -441,6 +441,15 @@ async def start_mindrouter(
     return server
 
 
+def source_at(rev: str, into: Path) -> Path:
+    """The `src/` of git revision `rev`, extracted into `into`."""
+    archive = subprocess.run(
+        ["git", "archive", rev, "src"], cwd=REPO, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "src"
+
+
 def cli_with(prelude: str, src: Path | None = None) -> list[str]:
     """argv that runs `prelude` (Python code: an instrument, a variant) in a new interpreter and
     then the `mindrouter` CLI, from `src` (a source tree's `src/`) or the installed package."""

@@ -1,10 +1,12 @@
-"""The gateway's background tasks: pausing them cheaply and stopping them."""
+"""The gateway's background tasks: pausing them cheaply and stopping them; and `Alarm`, one timer
+for a deadline that moves on."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import math
+from collections.abc import Callable
 from typing import Any
 
 # How long a stop waits after each cancel before cancelling again.
@@ -45,3 +47,46 @@ def release(waiter: asyncio.Future[None]) -> None:
     """Ends the pause on `waiter`; nothing if it is over."""
     if not waiter.done():
         waiter.set_result(None)
+
+
+# uvloop rounds a timer to the millisecond and may run it up to that much before its time.
+SLACK_S = 1e-3
+
+
+class Alarm:
+    """One timer for deadlines that move on faster than they fall due (one a request or a
+    command): set and cancelled for each, a timer costs a few microseconds. `arm(when, check)`
+    makes sure `check(now)` runs at `when` at the latest; `check` does what is due and answers
+    when to look again (None: not until armed again). A `check` that finds its deadline not
+    quite reached (the timer ran early) is run again at least SLACK_S later, never in the same
+    turn. The check is held only while the alarm is armed, as a timer holds its callback, so an
+    owner that cancels (or lets it ring) is not kept in a loop of references by it."""
+
+    __slots__ = ("_check", "_handle", "_when")
+
+    def __init__(self) -> None:
+        self._check: Callable[[float], float | None] | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._when = math.inf
+
+    def arm(self, when: float, check: Callable[[float], float | None]) -> None:
+        if self._handle is not None:
+            if self._when <= when:
+                return
+            self._handle.cancel()
+        self._when, self._check = when, check
+        self._handle = asyncio.get_running_loop().call_at(when, self._ring)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = self._check = None
+
+    def _ring(self) -> None:
+        check, self._handle, self._check = self._check, None, None
+        if check is None:
+            return
+        now = asyncio.get_running_loop().time()
+        again = check(now)
+        if again is not None:
+            self.arm(max(again, now + SLACK_S), check)

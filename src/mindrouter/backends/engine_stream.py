@@ -22,6 +22,7 @@ from mindrouter.backends.base import Timeouts
 from mindrouter.backends.failures import CLIENT_FAILURES, error_from_exception, error_from_status
 from mindrouter.backends.http_client import ConnectionPool, EngineConnection, MalformedResponse
 from mindrouter.errors import UpstreamTimeout
+from mindrouter.tasks import Alarm
 
 # A single stream line can be large (a whole Ollama tool call, a final line with metrics).
 MAX_LINE = 16 * 1024 * 1024
@@ -60,7 +61,7 @@ class UpstreamStream:
         "_reading",
         "_since",
         "_timeouts",
-        "_timer",
+        "_watchdog",
     )
 
     def __init__(
@@ -84,7 +85,7 @@ class UpstreamStream:
         self._opening = False  # the request is sent and its first line not yet here
         self._reading = False  # an event or a line is being waited for
         self._since = 0.0  # since when
-        self._timer: asyncio.TimerHandle | None = None
+        self._watchdog = Alarm()
         # Looked up once: asyncio's lookup asks the kernel for the process id every time.
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -100,7 +101,7 @@ class UpstreamStream:
         # idle one. An `asyncio.timeout` around the opening cost three times a timer.
         self._since = sent = loop.time()
         self._opening = self._reading = True
-        self._timer = loop.call_at(sent + timeouts.first_byte, self._watch)
+        self._watchdog.arm(sent + timeouts.first_byte, self._watch)
         raw = b""
         try:
             payload = orjson.dumps(self._body)
@@ -113,7 +114,7 @@ class UpstreamStream:
                 while _LF not in self._buf and await self._append(conn):
                     pass
         except BaseException as exc:
-            self._stop_watch()
+            self._watchdog.cancel()
             self._conn = None
             conn.close()
             if isinstance(exc, CLIENT_FAILURES):
@@ -122,15 +123,12 @@ class UpstreamStream:
             raise
         self._opening = self._reading = False
         if status >= 400:
-            self._stop_watch()
+            self._watchdog.cancel()
             self._conn = None
             pool.release(conn)  # the body was read whole: the connection can be reused
             raise error_from_status(status, raw, self._model, backend)
-        now = loop.time()
-        if sent + timeouts.first_byte > now + timeouts.idle:
-            # The idle deadline comes first: the timer cannot wait for the first byte's.
-            self._stop_watch()
-            self._timer = loop.call_at(now + timeouts.idle, self._watch)
+        # From here the idle deadline (moved earlier, should it come before the first byte's).
+        self._watchdog.arm(loop.time() + timeouts.idle, self._watch)
         return self
 
     async def __aexit__(
@@ -139,7 +137,7 @@ class UpstreamStream:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._stop_watch()
+        self._watchdog.cancel()
         conn = self._conn
         if conn is None:
             return
@@ -148,31 +146,27 @@ class UpstreamStream:
         else:
             conn.close()
 
-    def _watch(self) -> None:
+    def _watch(self, now: float) -> float | None:
         """The stream's timer. While it opens: the first byte's deadline has passed, which fails
-        it. Then: a line that has been waited for `idle` seconds fails the read; otherwise the
-        timer is set again for when the wait under way (or the next one) would have lasted that
-        long."""
-        conn, loop, idle = self._conn, self._loop, self._timeouts.idle
-        if conn is None or loop is None:
-            return
+        it. Then: a line that has been waited for `idle` seconds fails the read; otherwise it
+        looks again when the wait under way (or the next one) would have lasted that long."""
+        conn, timeouts, backend = self._conn, self._timeouts, self._backend
+        if conn is None:
+            return None
         if self._opening:
-            self._timer = None
-            backend, first_byte = self._backend, self._timeouts.first_byte
-            conn.fail(UpstreamTimeout(f"{backend}: no first byte within {first_byte:g} s", backend))
-            return
-        now = loop.time()
+            if now < self._since + timeouts.first_byte:
+                return self._since + timeouts.first_byte
+            conn.fail(
+                UpstreamTimeout(
+                    f"{backend}: no first byte within {timeouts.first_byte:g} s", backend
+                )
+            )
+            return None
+        idle = timeouts.idle
         if self._reading and now - self._since >= idle:
-            self._timer = None
-            backend = self._backend
             conn.fail(UpstreamTimeout(f"{backend}: the stream went silent for {idle:g} s", backend))
-            return
-        self._timer = loop.call_at((self._since if self._reading else now) + idle, self._watch)
-
-    def _stop_watch(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+            return None
+        return (self._since if self._reading else now) + idle
 
     async def _append(self, conn: EngineConnection) -> bool:
         """Adds the next bytes of the body to the buffer; False at the end of the body."""
@@ -193,7 +187,7 @@ class UpstreamStream:
         does not end promptly is not waited for: the connection is closed instead."""
         conn = self._conn
         assert conn is not None
-        self._stop_watch()
+        self._watchdog.cancel()
         try:
             if conn.complete and conn.error is None:
                 conn.take()  # the usual case: the body has ended, nothing to wait for

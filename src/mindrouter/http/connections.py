@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
+from mindrouter.tasks import Alarm
+
 # The server's response cycle of a request, in the request's scope (`direct_writer`).
 RESPONSE_CYCLE = "mindrouter.response_cycle"
 # A function the application may put in a request's scope; the protocol calls it when the
@@ -73,7 +75,7 @@ class _GuardedProtocol(HttpToolsProtocol):
     _policy: ClassVar[ConnectionPolicy]
     _open_by_address: ClassVar[dict[str, int]]
     _counted: str | None = None
-    _head_timer: asyncio.TimerHandle | None = None
+    _head_alarm: Alarm | None = None
     _head_since = 0.0  # when the head under way (or the last one) began
     _head_bytes = 0
     _in_head = False
@@ -93,9 +95,8 @@ class _GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._end_head()
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+        if self._head_alarm is not None:
+            self._head_alarm.cancel()
         host, self._counted = self._counted, None
         if host is not None:
             left = self._open_by_address.get(host, 1) - 1
@@ -138,25 +139,21 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._head_since = now = self.loop.time()
-        if self._head_timer is None:
-            due = now + self._policy.header_timeout_s
-            self._head_timer = self.loop.call_at(due, self._head_due)
+        if self._head_alarm is None:
+            self._head_alarm = Alarm()
+        self._head_alarm.arm(now + self._policy.header_timeout_s, self._head_due)
 
-    def _head_due(self) -> None:
-        """The head's deadline, one timer per connection rather than one per request: the
-        requests of a kept-alive connection follow each other well within the deadline, and a
-        timer set and cancelled for each costs a few microseconds. When it fires, a head under
-        way for the whole timeout is refused; one that started since is given the rest of its
-        own time; between requests the timer is not set again (the next head sets it)."""
-        self._head_timer = None
+    def _head_due(self, now: float) -> float | None:
+        """The head's deadline, one timer per connection rather than one per request: a head
+        under way for the whole timeout is refused; one that started since is given the rest of
+        its own time; between requests nothing is due (the next head arms the timer)."""
         if not self._in_head:
-            return
+            return None
         due = self._head_since + self._policy.header_timeout_s
-        now = self.loop.time()
-        if now >= due:
-            self._refuse(HEAD_TIMEOUT)
-        else:  # never in the same turn again: a timer may fire a little early
-            self._head_timer = self.loop.call_at(max(due, now + 0.001), self._head_due)
+        if now < due:
+            return due
+        self._refuse(HEAD_TIMEOUT)
+        return None
 
     def _end_head(self) -> None:
         self._in_head = False
@@ -199,12 +196,17 @@ class DirectWriter:
         return not self._flow.write_paused
 
 
+def _cycle(scope: Mapping[str, Any]) -> RequestResponseCycle | None:
+    """The server's response cycle of the request, while it lasts (`RESPONSE_CYCLE`)."""
+    ref = scope.get(RESPONSE_CYCLE)
+    return ref() if ref is not None else None
+
+
 def direct_writer(scope: Mapping[str, Any]) -> DirectWriter | None:
     """A `DirectWriter` for the request's response; None when the request was not served by
     this module's protocol, its response is not a started chunked one, or the server's cycle
     lacks what the writer reads (another server version): chunks then go through `send`."""
-    ref = scope.get(RESPONSE_CYCLE)
-    cycle: RequestResponseCycle | None = ref() if ref is not None else None
+    cycle = _cycle(scope)
     if cycle is None or not all(hasattr(cycle, name) for name in _CYCLE_FIELDS):
         return None
     if (
@@ -222,9 +224,7 @@ def body_arrived(scope: Mapping[str, Any]) -> Callable[[], bool] | None:
     bytes, or the body's end, that the application has not taken yet (its cycle's message
     event is set, so `receive` does not wait). None when the request was not served by this
     module's protocol or the cycle has no such event (another server version)."""
-    ref = scope.get(RESPONSE_CYCLE)
-    cycle: RequestResponseCycle | None = ref() if ref is not None else None
-    event = getattr(cycle, "message_event", None)
+    event = getattr(_cycle(scope), "message_event", None)
     return event.is_set if isinstance(event, asyncio.Event) else None
 
 

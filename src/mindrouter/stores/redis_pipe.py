@@ -38,6 +38,8 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
 
+from mindrouter.tasks import Alarm
+
 Arg = str | bytes | int | float
 
 
@@ -133,7 +135,7 @@ class PipedRedis:
         # The commands waiting for a reply, oldest first, with their deadlines; one timer (the
         # watchdog) for the oldest: replies come in order, so it is the first to be late.
         self._deadlines: deque[tuple[float, asyncio.Future[Any]]] = deque()
-        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog = Alarm()
         self.connects = 0
 
     @classmethod
@@ -170,8 +172,7 @@ class PipedRedis:
         while deadlines and deadlines[0][1].done():
             deadlines.popleft()
         deadlines.append((loop.time() + self.timeout, future))
-        if self._watchdog is None:
-            self._watchdog = loop.call_at(deadlines[0][0], self._watch)
+        self._watchdog.arm(deadlines[0][0], self._watch)
         return future
 
     async def call(self, *args: Arg) -> Any:
@@ -180,29 +181,21 @@ class PipedRedis:
         once with a `send` issued after it)."""
         return await self._issue(_pack(args), now=False)
 
-    def _watch(self) -> None:
+    def _watch(self, now: float) -> float | None:
         """The watchdog: the oldest command still waiting whose deadline has passed fails (also
         while the connection is still being opened) and the connection is closed, since what
-        was sent after it may never be answered either; then the watchdog is set again for the
-        oldest command still waiting, if any."""
-        self._watchdog = None
+        was sent after it may never be answered either; then it looks again at the deadline of
+        the oldest command still waiting, if any."""
         deadlines = self._deadlines
         while deadlines and deadlines[0][1].done():
             deadlines.popleft()
-        if not deadlines:
-            return
-        loop = asyncio.get_running_loop()
-        deadline, future = deadlines[0]
-        if deadline <= loop.time():
-            deadlines.popleft()
+        if deadlines and deadlines[0][0] <= now:
+            _, future = deadlines.popleft()
             future.set_exception(redis_errors.TimeoutError("Redis did not answer in time"))
             self._drop(redis_errors.TimeoutError("Redis did not answer in time"))
             while deadlines and deadlines[0][1].done():
                 deadlines.popleft()
-            if not deadlines:
-                return
-        # At the next deadline, and never in the same turn again (a timer may fire early).
-        self._watchdog = loop.call_at(max(deadlines[0][0], loop.time() + 0.001), self._watch)
+        return deadlines[0][0] if deadlines else None
 
     async def aclose(self) -> None:
         """Waits (at most `timeout`) for the replies still due, then closes the connection."""
@@ -213,9 +206,7 @@ class PipedRedis:
         if pending:
             await asyncio.wait(pending, timeout=self.timeout)
         self._drop(redis_errors.ConnectionError("the connection was closed"))
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
+        self._watchdog.cancel()
 
     async def _open(self) -> None:
         greeting: list[asyncio.Future[Any]] = []

@@ -35,6 +35,7 @@ import orjson
 from sqlalchemy.engine import URL, make_url
 
 from mindrouter.observability.logging import log
+from mindrouter.tasks import Alarm
 
 CONNECT_TIMEOUT_S = 10.0
 # A statement that takes longer fails its batch (and drops the connection) instead of holding
@@ -218,7 +219,7 @@ class PgAuditConnection:
         # cancelled for each statement (asyncpg's own `command_timeout` sets one per statement:
         # a few microseconds, every request).
         self._statement_since: float | None = None  # the loop's time the statement was sent
-        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog = Alarm()
 
     async def insert(self, rows: Sequence[dict[str, Any]]) -> None:
         await self._run(_INSERT, [insert_args(r) for r in rows])
@@ -230,9 +231,7 @@ class PgAuditConnection:
         await self._run(_COMPLETE, [outcome_args(rows, datetime.now(UTC))])
 
     async def close(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            self._watchdog = None
+        self._watchdog.cancel()
         conn, self._conn = self._conn, None
         if conn is not None and not conn.is_closed():
             try:
@@ -249,10 +248,8 @@ class PgAuditConnection:
 
     async def _transaction(self, sql: str, args: list[tuple[Any, ...]]) -> None:
         conn = await self._connection()
-        loop = asyncio.get_running_loop()
-        self._statement_since = now = loop.time()
-        if self._watchdog is None:
-            self._watchdog = loop.call_at(now + COMMAND_TIMEOUT_S, self._statement_due)
+        self._statement_since = now = asyncio.get_running_loop().time()
+        self._watchdog.arm(now + COMMAND_TIMEOUT_S, self._statement_due)
         try:
             # No explicit transaction: asyncpg runs `executemany` as one implicit transaction
             # (every row's Bind/Execute, then one Sync: all rows or none), so a batch is one
@@ -284,22 +281,19 @@ class PgAuditConnection:
         finally:
             self._statement_since = None
 
-    def _statement_due(self) -> None:
+    def _statement_due(self, now: float) -> float | None:
         """The watchdog: a statement under way for COMMAND_TIMEOUT_S fails, its connection
         closed under it (the batch is then sent once more on a new one: a half-open connection
         would otherwise hold every begin behind it for ever); one under way for less is given
-        the rest of its time; with none under way the next statement sets the watchdog again."""
-        self._watchdog = None
+        the rest of its time; with none under way the next statement arms the watchdog again."""
         since, conn = self._statement_since, self._conn
         if since is None or conn is None:
-            return
-        loop = asyncio.get_running_loop()
-        due = since + COMMAND_TIMEOUT_S
-        if loop.time() >= due - 1e-3:  # uvloop may fire a timer up to a millisecond early
-            log.warning("an audit statement did not finish in time", seconds=COMMAND_TIMEOUT_S)
-            self._drop(conn)
-        else:
-            self._watchdog = loop.call_at(due, self._statement_due)
+            return None
+        if now < since + COMMAND_TIMEOUT_S:
+            return since + COMMAND_TIMEOUT_S
+        log.warning("an audit statement did not finish in time", seconds=COMMAND_TIMEOUT_S)
+        self._drop(conn)
+        return None
 
     async def _connection(self) -> asyncpg.Connection:
         conn = self._conn

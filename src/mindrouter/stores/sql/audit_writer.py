@@ -43,7 +43,7 @@ from mindrouter.stores.sql.audit_pg import AuditRowsRejected, PgAuditConnection
 from mindrouter.stores.sql.audit_values import outcome_values, start_values
 from mindrouter.stores.sql.schema import audit_records
 from mindrouter.stores.sql.transactions import DATABASE_ERRORS
-from mindrouter.tasks import pause, release
+from mindrouter.tasks import Alarm, pause, release
 
 MAX_BATCH = 500
 COMPLETE_DELAY = 0.05
@@ -104,8 +104,8 @@ class AuditWriter:
         self._barriers: list[tuple[int, asyncio.Future[None]]] = []
         # What the drain task waits on while it pauses; a begin or a flush resolves it.
         self._waiter: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None  # ends the pause under way, at _timer_due
-        self._timer_due = 0.0
+        self._pause_due = 0.0  # when the pause under way ends, unless woken before
+        self._alarm = Alarm()
         self._urgent = False  # flush() or close() is waiting: no pause for completions
         self._drain: asyncio.Task[None] | None = None
         self._closed = False
@@ -181,9 +181,7 @@ class AuditWriter:
         if self._begins or self._completions:
             self._kick()
             await self.flush()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._alarm.cancel()
         await self._close_pg()
 
     async def _close_pg(self) -> None:
@@ -202,26 +200,25 @@ class AuditWriter:
     async def _pause_until(self, due: float) -> None:
         """Waits until the loop's time is `due`, or less if woken (a pause ends at nearly every
         begin), and not at all with begins queued (they may have come while a write was
-        failing). A pause ended early keeps its timer for the next pause to the same time: the
-        wait for an outcome batch is ended by nearly every begin and then taken up again, and a
-        timer set and cancelled each time would cost a few microseconds a request."""
+        failing). The wait for an outcome batch is ended by nearly every begin and then taken up
+        again to the same time: its timer stays set (`Alarm`)."""
         if self._begins:
             return
-        loop = asyncio.get_running_loop()
-        if self._timer is not None and self._timer_due != due:
-            self._timer.cancel()
-            self._timer = None
-        if self._timer is None:
-            self._timer, self._timer_due = loop.call_at(due, self._due), due
-        self._waiter = loop.create_future()
+        self._pause_due = due
+        self._alarm.arm(due, self._pause_over)
+        self._waiter = asyncio.get_running_loop().create_future()
         try:
             await self._waiter
         finally:
             self._waiter = None
 
-    def _due(self) -> None:
-        self._timer = None
+    def _pause_over(self, now: float) -> float | None:
+        if self._waiter is None:
+            return None
+        if now < self._pause_due:
+            return self._pause_due
         self._wake()
+        return None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -232,14 +229,7 @@ class AuditWriter:
                     continue
                 due = self._oldest_completion + self.complete_delay
                 hurry = self._urgent or self._barriers
-                # Due within a millisecond counts as due: uvloop rounds a timer to the
-                # millisecond and may end the pause that much early, and pausing again for
-                # the rest would spin through a dozen timers.
-                if (
-                    not hurry
-                    and len(self._completions) < self.max_batch
-                    and due - loop.time() > 1e-3
-                ):
+                if not hurry and len(self._completions) < self.max_batch and due > loop.time():
                     await self._pause_until(due)
                     continue
                 await self._write_completions()
