@@ -266,6 +266,18 @@ def test_length_and_missing_counts() -> None:
     assert usage.output_tokens > 0
 
 
+@pytest.mark.parametrize("count", [4.5, -1, True, "4"])
+def test_counts_that_are_not_whole_numbers_are_estimated(count: object) -> None:
+    d = OllamaDecoder("b")
+    d.feed({"message": {"content": "abc"}, "done": False})
+    d.feed({"done": True, "prompt_eval_count": count, "eval_count": count})
+    usage = d.usage(lambda: 9)
+    assert (usage.input_tokens, usage.output_tokens, usage.estimated) == (9, 1, True)
+    whole = OllamaDecoder("b")
+    whole.feed({"done": True, "prompt_eval_count": 12.0, "eval_count": 7.0})
+    assert (u := whole.usage(lambda: 0)) == Usage(12, 7) and type(u.input_tokens) is int
+
+
 def test_error_line_raises() -> None:
     with pytest.raises(UpstreamUnavailable, match="out of memory"):
         OllamaDecoder("b").feed({"error": "out of memory"})

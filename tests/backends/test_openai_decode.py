@@ -320,3 +320,49 @@ def test_embeddings_float_and_base64() -> None:
     assert result.vectors == [[0.5, 0.25], [1.0, 2.0]]
     assert result.usage == Usage(6, 0)
     assert decode_embeddings({"data": []}, "e", lambda: 3).usage == Usage(3, estimated=True)
+
+
+@pytest.mark.parametrize(
+    ("reported", "counted"),
+    [(10, 10), (10.0, 10), (0, 0), (10.5, 0), (-3, 0), (True, 0), ("10", 0), (None, 0)],
+)
+def test_token_counts_are_whole_numbers_whatever_the_engine_wrote(
+    reported: Any, counted: int
+) -> None:
+    # Counts are charged and stored as integers: a PostgreSQL integer column refuses `10.0`,
+    # which would leave the request's audit record pending and its tokens uncharged.
+    usage = {
+        "prompt_tokens": reported,
+        "completion_tokens": reported,
+        "prompt_tokens_details": {"cached_tokens": reported},
+        "completion_tokens_details": {"reasoning_tokens": reported},
+    }
+    events = decode([chunk({"content": "x"}, "stop"), {"choices": [], "usage": usage}])
+    got = events[-1]
+    assert got == Usage(counted, counted, cached_input_tokens=counted, reasoning_tokens=counted)
+    assert all(
+        type(v) is int
+        for v in (
+            got.input_tokens,
+            got.output_tokens,
+            got.cached_input_tokens,
+            got.reasoning_tokens,
+        )
+    )
+    timings = {"cache_n": reported, "prompt_n": reported, "predicted_n": reported}
+    data = {"choices": [{"index": 0, "message": {"content": "x"}}], "timings": timings}
+    assert decode_result(data, "m", never).usage == Usage(
+        2 * counted, counted, cached_input_tokens=counted
+    )
+
+
+def test_a_usage_that_is_not_an_object_is_no_usage() -> None:
+    events = decode(
+        [chunk({"content": "hello"}, "stop"), {"choices": [], "usage": [1, 2]}],
+        estimate=lambda: 7,
+    )
+    assert events[-1] == Usage(7, count_text("hello"), estimated=True)
+    details = {"prompt_tokens": 3, "completion_tokens": 2, "prompt_tokens_details": "x"}
+    assert decode([chunk({"content": "x"}, "stop"), {"choices": [], "usage": details}])[
+        -1
+    ] == Usage(3, 2)

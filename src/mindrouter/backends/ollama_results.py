@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mindrouter.backends.failures import error_from_stream_payload
-from mindrouter.backends.openai_results import arguments_text, mint_call_id
+from mindrouter.backends.openai_results import arguments_text, mint_call_id, token_count
 from mindrouter.canonical import (
     EmbeddingResult,
     Finish,
@@ -96,17 +96,17 @@ class OllamaDecoder:
         else:
             reason = "stop"
         self.out.append(Finish(reason, None, self.choice))
-        self._input = obj.get("prompt_eval_count")
-        self._output = obj.get("eval_count")
+        self._input = token_count(obj.get("prompt_eval_count"))
+        self._output = token_count(obj.get("eval_count"))
 
     def usage(self, estimate_input: Callable[[], int]) -> Usage:
         """The engine's counts; missing ones (a prompt-cache hit can omit the input count) are
         estimated and the usage marked so."""
         estimated = False
         input_tokens, output_tokens = self._input, self._output
-        if not isinstance(input_tokens, int):
+        if input_tokens is None:
             input_tokens, estimated = estimate_input(), True
-        if not isinstance(output_tokens, int):
+        if output_tokens is None:
             output_tokens, estimated = count_text("".join(self._generated)), True
         return Usage(input_tokens=input_tokens, output_tokens=output_tokens, estimated=estimated)
 
@@ -124,10 +124,10 @@ def add_usage(a: Usage, b: Usage) -> Usage:
 def decode_embed(
     data: dict[str, Any], model: str, estimate_input: Callable[[], int]
 ) -> EmbeddingResult:
-    count = data.get("prompt_eval_count")
+    count = token_count(data.get("prompt_eval_count"))
     usage = (
         Usage(input_tokens=count)
-        if isinstance(count, int)
+        if count is not None
         else Usage(input_tokens=estimate_input(), estimated=True)
     )
     return EmbeddingResult(model=model, vectors=data.get("embeddings") or [], usage=usage)

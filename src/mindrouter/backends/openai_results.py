@@ -53,23 +53,42 @@ def arguments_text(arguments: Any) -> str:
     return orjson.dumps(arguments).decode()
 
 
+def token_count(value: Any) -> int | None:
+    """A token count as an engine reported it: a whole number, not negative (some engines write
+    `10.0`); None for anything else (missing, negative, fractional, a boolean, text). Counts are
+    charged and stored as integers, so nothing else may reach a `Usage`."""
+    if type(value) is int:
+        return value if value >= 0 else None
+    if type(value) is float and value.is_integer() and value >= 0:
+        return int(value)
+    return None
+
+
+def _details(u: dict[str, Any], key: str) -> dict[str, Any]:
+    found = u.get(key)
+    return found if isinstance(found, dict) else {}
+
+
 def usage_from_openai(u: dict[str, Any]) -> Usage:
-    prompt_details = u.get("prompt_tokens_details") or {}
-    completion_details = u.get("completion_tokens_details") or {}
+    """An OpenAI `usage` object; a count that is missing or not a count is 0."""
     return Usage(
-        input_tokens=u.get("prompt_tokens") or 0,
-        output_tokens=u.get("completion_tokens") or 0,
-        cached_input_tokens=prompt_details.get("cached_tokens") or 0,
-        reasoning_tokens=completion_details.get("reasoning_tokens") or 0,
+        input_tokens=token_count(u.get("prompt_tokens")) or 0,
+        output_tokens=token_count(u.get("completion_tokens")) or 0,
+        cached_input_tokens=token_count(_details(u, "prompt_tokens_details").get("cached_tokens"))
+        or 0,
+        reasoning_tokens=token_count(
+            _details(u, "completion_tokens_details").get("reasoning_tokens")
+        )
+        or 0,
     )
 
 
 def usage_from_timings(t: dict[str, Any]) -> Usage:
     """llama.cpp `timings`: prompt_n counts only the tokens not served from its prompt cache."""
-    cached = t.get("cache_n") or 0
+    cached = token_count(t.get("cache_n")) or 0
     return Usage(
-        input_tokens=(t.get("prompt_n") or 0) + cached,
-        output_tokens=t.get("predicted_n") or 0,
+        input_tokens=(token_count(t.get("prompt_n")) or 0) + cached,
+        output_tokens=token_count(t.get("predicted_n")) or 0,
         cached_input_tokens=cached,
     )
 

@@ -82,7 +82,7 @@ class ChatStreamDecoder:
         if error is not None:
             raise error_from_stream_payload(error, self.backend)
         usage = chunk.get("usage")
-        if usage is not None:
+        if isinstance(usage, dict):
             self.usage = usage_from_openai(usage)
             self._reported = True
         elif not self._reported and "timings" in chunk:

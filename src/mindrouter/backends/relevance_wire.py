@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from mindrouter.backends.openai_results import token_count
 from mindrouter.canonical import RelevanceRequest, RelevanceResult, Usage
 from mindrouter.errors import UpstreamUnavailable
 
@@ -89,8 +90,8 @@ def _tokens(data: Json) -> int | None:
     if not isinstance(usage, dict):
         return None
     for key in ("prompt_tokens", "total_tokens"):
-        value = usage.get(key)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        value = token_count(usage.get(key))
+        if value is not None:
             return value
     return None
 

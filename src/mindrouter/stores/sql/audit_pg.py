@@ -264,9 +264,11 @@ class PgAuditConnection:
             # piece of a prompt, say), so only the kind of error is passed on to the logs.
             raise AuditRowsRejected(type(exc).__name__) from exc
         except asyncpg.PostgresError as exc:
+            # Class 22: data exceptions; class 54: a program limit, such as an outcome batch
+            # over the 256 MB a jsonb value can hold (its rows, sent one by one, fit).
             about_rows = isinstance(
                 exc, asyncpg.IntegrityConstraintViolationError | asyncpg.DataError
-            ) or exc.sqlstate.startswith("22")  # class 22: data exceptions
+            ) or exc.sqlstate.startswith(("22", "54"))
             if about_rows and not conn.is_closed():
                 raise AuditRowsRejected(f"{type(exc).__name__} ({exc.sqlstate})") from exc
             # Anything else says more about the session than the rows (terminated, read-only
