@@ -278,6 +278,22 @@ def test_counts_that_are_not_whole_numbers_are_estimated(count: object) -> None:
     assert (u := whole.usage(lambda: 0)) == Usage(12, 7) and type(u.input_tokens) is int
 
 
+@pytest.mark.parametrize(
+    ("line", "generate"),
+    [
+        ({"message": "x"}, False),
+        ({"message": {"content": 5}}, False),
+        ({"message": {"thinking": ["x"]}}, False),
+        ({"message": {"tool_calls": "x"}}, False),
+        ({"message": {"tool_calls": [{"function": {"name": 3}}]}}, False),
+        ({"response": 5}, True),
+    ],
+)
+def test_a_line_of_an_unexpected_shape_is_the_engine_failing(line: Any, generate: bool) -> None:
+    with pytest.raises(UpstreamUnavailable, match="unexpected shape"):
+        OllamaDecoder("b", generate=generate).feed(line)
+
+
 def test_error_line_raises() -> None:
     with pytest.raises(UpstreamUnavailable, match="out of memory"):
         OllamaDecoder("b").feed({"error": "out of memory"})

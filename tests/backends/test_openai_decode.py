@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from mindrouter.backends.openai_results import decode_embeddings, decode_result
@@ -366,3 +367,30 @@ def test_a_usage_that_is_not_an_object_is_no_usage() -> None:
     assert decode([chunk({"content": "x"}, "stop"), {"choices": [], "usage": details}])[
         -1
     ] == Usage(3, 2)
+
+
+@pytest.mark.parametrize(
+    "piece",
+    [
+        {"choices": "abc"},
+        {"choices": [1]},
+        {"choices": [{"delta": "x"}]},
+        {"choices": [{"delta": {"content": 5}}]},
+        {"choices": [{"text": ["x"]}]},
+        {"choices": [{"index": "a", "delta": {"content": "x"}}]},
+        {"choices": [{"delta": {"reasoning_content": {"x": 1}}}]},
+        {"choices": [{"delta": {"tool_calls": [1]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"function": "f"}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"index": "0", "function": {"name": "f"}}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"id": 5, "function": {"name": "f"}}]}}]},
+        {"choices": [{"delta": {"tool_calls": [{"function": {"name": ["f"]}}]}}]},
+        {"choices": [{"delta": {"content": "x"}, "finish_reason": [5]}]},
+    ],
+)
+def test_a_chunk_of_an_unexpected_shape_is_the_engine_failing(piece: Any) -> None:
+    # Raised as the engine's failure (before the first event the request goes to another
+    # backend); a wrong-typed value relayed on would fail later, in the encoder or in the
+    # clean-up that writes the audit record and settles the limits.
+    d = ChatStreamDecoder("b")
+    with pytest.raises(UpstreamUnavailable, match="unexpected shape"):
+        d.feed_data(orjson.dumps(piece))

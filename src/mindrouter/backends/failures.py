@@ -139,6 +139,21 @@ def invalid_json(backend: str, stage: str) -> UpstreamUnavailable:
     )
 
 
+def malformed_piece(backend: str) -> UpstreamUnavailable:
+    return UpstreamUnavailable(
+        f"{backend}: sent a stream piece of an unexpected shape (a field of the wrong type)",
+        backend,
+    )
+
+
+def text_or_none(value: Any) -> str | None:
+    """A text field of an engine's answer; TypeError (a malformed piece) when it is neither
+    text nor absent."""
+    if value is None or type(value) is str:
+        return value
+    raise TypeError("a text field is not a string")
+
+
 def load_stream_json(payload: bytes, backend: str) -> Any:
     """One piece of an engine's stream (an event's data, an NDJSON line), parsed."""
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mindrouter.backends.failures import error_from_stream_payload
+from mindrouter.backends.failures import error_from_stream_payload, malformed_piece, text_or_none
 from mindrouter.backends.openai_results import arguments_text, mint_call_id, token_count
 from mindrouter.canonical import (
     EmbeddingResult,
@@ -47,27 +47,33 @@ class OllamaDecoder:
         self._output: int | None = None
 
     def feed(self, obj: Any) -> bool:
-        """Decode one object; True when it was the last one (`done: true`)."""
+        """Decode one object; True when it was the last one (`done: true`). An object of an
+        unexpected shape (a field of the wrong type) fails the stream as the engine's fault."""
         if not isinstance(obj, dict):
             return False
         error = obj.get("error")
         if error is not None:
             raise error_from_stream_payload(error, self.backend)
-        if self.generate:
-            thinking, text, calls = obj.get("thinking"), obj.get("response"), None
-        else:
-            msg = obj.get("message") or {}
-            thinking, text, calls = msg.get("thinking"), msg.get("content"), msg.get("tool_calls")
-        if thinking:
-            self._generated.append(thinking)
-            if self.keep_reasoning:
-                self.out.append(ReasoningDelta(thinking, self.choice))
-        if text:
-            self.out.append(TextDelta(text, self.choice))
-            self._generated.append(text)
-        if calls:
-            for call in calls:
-                self._call(call)
+        try:
+            if self.generate:
+                thinking, text, calls = obj.get("thinking"), obj.get("response"), None
+            else:
+                msg = obj.get("message") or {}
+                thinking, text = msg.get("thinking"), msg.get("content")
+                calls = msg.get("tool_calls")
+            thinking, text = text_or_none(thinking), text_or_none(text)
+            if thinking:
+                self._generated.append(thinking)
+                if self.keep_reasoning:
+                    self.out.append(ReasoningDelta(thinking, self.choice))
+            if text:
+                self.out.append(TextDelta(text, self.choice))
+                self._generated.append(text)
+            if calls:
+                for call in calls:
+                    self._call(call)
+        except (AttributeError, TypeError) as exc:
+            raise malformed_piece(self.backend) from exc
         if obj.get("done"):
             self._finish(obj)
             return True
@@ -80,9 +86,8 @@ class OllamaDecoder:
         args = arguments_text(fn.get("arguments")) or "{}"
         self._generated.append(args)
         choice = self.choice
-        self.out.append(
-            ToolCallStart(index, call.get("id") or mint_call_id(), fn.get("name") or "", choice)
-        )
+        call_id = text_or_none(call.get("id")) or mint_call_id()
+        self.out.append(ToolCallStart(index, call_id, text_or_none(fn.get("name")) or "", choice))
         self.out.append(ToolCallArgs(index, args, choice))
         self.out.append(ToolCallEnd(index, choice))
 

@@ -15,7 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mindrouter.backends.failures import error_from_stream_payload, load_stream_json
+from mindrouter.backends.failures import (
+    error_from_stream_payload,
+    load_stream_json,
+    malformed_piece,
+    text_or_none,
+)
 from mindrouter.backends.openai_results import (
     arguments_text,
     estimated_usage,
@@ -76,44 +81,60 @@ class ChatStreamDecoder:
         return True
 
     def feed(self, chunk: Any) -> None:
+        """One parsed chunk. A chunk of an unexpected shape (a list where an object belongs,
+        text that is not a string) fails the stream as the engine's fault, as one that is not
+        JSON does: before the first event the request then goes to another backend."""
         if not isinstance(chunk, dict):
             return
-        error = chunk.get("error")
-        if error is not None:
-            raise error_from_stream_payload(error, self.backend)
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            self.usage = usage_from_openai(usage)
-            self._reported = True
-        elif not self._reported and "timings" in chunk:
-            # llama.cpp's timings stand in until (unless) a proper usage object arrives.
-            self.usage = read_usage(chunk) or self.usage
-        for c in chunk.get("choices") or ():
-            idx = c.get("index", 0)
-            self._seen.add(idx)
-            delta = c.get("delta")
-            if delta is not None:
-                # The common delta holds only content: the rest is looked at when present.
-                if "reasoning" in delta or "reasoning_content" in delta:
-                    self._reasoning(idx, delta)
-                content = delta.get("content")
-                if content:
-                    self.out.append(TextDelta(content, idx))
-                    self._generated.append(content)
-                if "tool_calls" in delta:
-                    self._call_fragments(idx, delta["tool_calls"])
-            else:
-                text = c.get("text")
-                if text:
-                    self.out.append(TextDelta(text, idx))
-                    self._generated.append(text)
-            reason = c.get("finish_reason")
-            if reason:
-                self._finish(idx, reason, c.get("stop_reason"))
+        try:
+            error = chunk.get("error")
+            if error is not None:
+                raise error_from_stream_payload(error, self.backend)
+            usage = chunk.get("usage")
+            if isinstance(usage, dict):
+                self.usage = usage_from_openai(usage)
+                self._reported = True
+            elif not self._reported and "timings" in chunk:
+                # llama.cpp's timings stand in until (unless) a proper usage object arrives.
+                self.usage = read_usage(chunk) or self.usage
+            for c in chunk.get("choices") or ():
+                self._choice(c)
+        except (AttributeError, TypeError) as exc:
+            raise malformed_piece(self.backend) from exc
+
+    def _choice(self, c: dict[str, Any]) -> None:
+        """One choice of a chunk (its structure is checked by `feed`)."""
+        idx = c.get("index", 0)
+        if type(idx) is not int:
+            raise TypeError("a choice's index is not a number")
+        self._seen.add(idx)
+        delta = c.get("delta")
+        if delta is not None:
+            # The common delta holds only content: the rest is looked at when present.
+            if "reasoning" in delta or "reasoning_content" in delta:
+                self._reasoning(idx, delta)
+            content = delta.get("content")
+            if content:
+                if type(content) is not str:
+                    raise TypeError("content is not a string")
+                self.out.append(TextDelta(content, idx))
+                self._generated.append(content)
+            if "tool_calls" in delta:
+                self._call_fragments(idx, delta["tool_calls"])
+        else:
+            text = c.get("text")
+            if text:
+                if type(text) is not str:
+                    raise TypeError("text is not a string")
+                self.out.append(TextDelta(text, idx))
+                self._generated.append(text)
+        reason = c.get("finish_reason")
+        if reason:
+            self._finish(idx, reason, c.get("stop_reason"))
 
     def _reasoning(self, idx: int, delta: dict[str, Any]) -> None:
         # During the rename period vLLM sent both names with the same text: take one.
-        reasoning = delta.get("reasoning") or delta.get("reasoning_content")
+        reasoning = text_or_none(delta.get("reasoning") or delta.get("reasoning_content"))
         if reasoning:
             self._generated.append(reasoning)
             if self.keep_reasoning:
@@ -125,16 +146,20 @@ class ChatStreamDecoder:
 
     def _call_fragment(self, idx: int, fragment: dict[str, Any]) -> None:
         index = fragment.get("index", 0)
+        if type(index) is not int:
+            raise TypeError("a tool call's index is not a number")
         fn = fragment.get("function") or {}
+        name = text_or_none(fn.get("name"))
         open_calls = self._open.setdefault(idx, {})
         call = open_calls.get(index)
         if call is None:
             # A new call begins: calls are streamed one after another, so the others are done.
             self._end_calls(idx)
-            call = open_calls[index] = _Call(fragment.get("id") or mint_call_id(), fn.get("name"))
+            call_id = text_or_none(fragment.get("id")) or mint_call_id()
+            call = open_calls[index] = _Call(call_id, name)
             self._called.add(idx)
-        elif call.name is None and fn.get("name"):
-            call.name = fn["name"]
+        elif call.name is None and name:
+            call.name = name
         args = arguments_text(fn.get("arguments"))
         if args:
             self._generated.append(args)
