@@ -69,38 +69,40 @@ def _details(u: dict[str, Any], key: str) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def usage_from_openai(u: dict[str, Any]) -> Usage:
-    """An OpenAI `usage` object; a count that is missing or not a count is 0."""
+def usage_from_openai(u: dict[str, Any]) -> Usage | None:
+    """An OpenAI `usage` object; None (no usage: the gateway estimates it) when its input count
+    is missing, or either count is not one (an embedding's usage has no output count)."""
+    input_tokens = token_count(u.get("prompt_tokens"))
+    completion = u.get("completion_tokens")
+    output_tokens = 0 if completion is None else token_count(completion)
+    if input_tokens is None or output_tokens is None:
+        return None
+    cached = token_count(_details(u, "prompt_tokens_details").get("cached_tokens"))
+    reasoning = token_count(_details(u, "completion_tokens_details").get("reasoning_tokens"))
     return Usage(
-        input_tokens=token_count(u.get("prompt_tokens")) or 0,
-        output_tokens=token_count(u.get("completion_tokens")) or 0,
-        cached_input_tokens=token_count(_details(u, "prompt_tokens_details").get("cached_tokens"))
-        or 0,
-        reasoning_tokens=token_count(
-            _details(u, "completion_tokens_details").get("reasoning_tokens")
-        )
-        or 0,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_input_tokens=cached or 0,
+        reasoning_tokens=reasoning or 0,
     )
 
 
-def usage_from_timings(t: dict[str, Any]) -> Usage:
+def usage_from_timings(t: dict[str, Any]) -> Usage | None:
     """llama.cpp `timings`: prompt_n counts only the tokens not served from its prompt cache."""
+    prompt, predicted = token_count(t.get("prompt_n")), token_count(t.get("predicted_n"))
+    if prompt is None or predicted is None:
+        return None
     cached = token_count(t.get("cache_n")) or 0
-    return Usage(
-        input_tokens=(token_count(t.get("prompt_n")) or 0) + cached,
-        output_tokens=token_count(t.get("predicted_n")) or 0,
-        cached_input_tokens=cached,
-    )
+    return Usage(input_tokens=prompt + cached, output_tokens=predicted, cached_input_tokens=cached)
 
 
 def read_usage(data: dict[str, Any]) -> Usage | None:
-    u = data.get("usage")
-    if isinstance(u, dict):
-        return usage_from_openai(u)
-    t = data.get("timings")
-    if isinstance(t, dict) and "predicted_n" in t:
-        return usage_from_timings(t)
-    return None
+    """The engine's usage object, else llama.cpp's timings; None when neither holds counts."""
+    u, t = data.get("usage"), data.get("timings")
+    usage = usage_from_openai(u) if isinstance(u, dict) else None
+    if usage is None and isinstance(t, dict):
+        usage = usage_from_timings(t)
+    return usage
 
 
 def estimated_usage(input_tokens: int, generated: str) -> Usage:

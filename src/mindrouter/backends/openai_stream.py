@@ -91,9 +91,9 @@ class ChatStreamDecoder:
             if error is not None:
                 raise error_from_stream_payload(error, self.backend)
             usage = chunk.get("usage")
-            if isinstance(usage, dict):
-                self.usage = usage_from_openai(usage)
-                self._reported = True
+            reported = usage_from_openai(usage) if isinstance(usage, dict) else None
+            if reported is not None:
+                self.usage, self._reported = reported, True
             elif not self._reported and "timings" in chunk:
                 # llama.cpp's timings stand in until (unless) a proper usage object arrives.
                 self.usage = read_usage(chunk) or self.usage
