@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from mindrouter import tasks
 from mindrouter.tasks import SLACK_S, Alarm, pause, release, stop_task
 
 
@@ -85,3 +86,30 @@ async def test_an_alarm_rings_once_at_its_earliest_time_and_again_when_asked() -
     alarm.cancel()
     await asyncio.sleep(0.05)
     assert len(rings) == 2
+
+
+async def test_a_check_that_raises_is_logged_and_run_again(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The deadline the check keeps (a stream's idle timeout, a statement's) must not be dropped
+    # because the check failed once.
+    monkeypatch.setattr(tasks, "CHECK_RETRY_S", 0.02)
+    loop = asyncio.get_running_loop()
+    calls: list[float] = []
+
+    def check(now: float) -> float | None:
+        calls.append(now)
+        if len(calls) == 1:
+            raise RuntimeError("boom")
+        return None
+
+    alarm = Alarm()
+    alarm.arm(loop.time(), check)
+    for _ in range(200):
+        if len(calls) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert len(calls) == 2
+    assert calls[1] >= calls[0] + 0.02 - SLACK_S
+    captured = capsys.readouterr()
+    assert "a timer's check failed" in captured.out + captured.err

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from mindrouter.observability.logging import log
+
 # How long a stop waits after each cancel before cancelling again.
 _RECANCEL_S = 0.1
 
@@ -51,6 +53,8 @@ def release(waiter: asyncio.Future[None]) -> None:
 
 # uvloop rounds a timer to the millisecond and may run it up to that much before its time.
 SLACK_S = 1e-3
+# A check that raised is run again this much later: the deadline it keeps must not be dropped.
+CHECK_RETRY_S = 1.0
 
 
 class Alarm:
@@ -60,7 +64,9 @@ class Alarm:
     when to look again (None: not until armed again). A `check` that finds its deadline not
     quite reached (the timer ran early) is run again at least SLACK_S later, never in the same
     turn. The check is held only while the alarm is armed, as a timer holds its callback, so an
-    owner that cancels (or lets it ring) is not kept in a loop of references by it."""
+    owner that cancels (or lets it ring) is not kept in a loop of references by it. A check
+    that raises is logged and run again CHECK_RETRY_S later, so the deadline it keeps (a
+    stream's idle timeout, a statement's) is not silently dropped."""
 
     __slots__ = ("_check", "_handle", "_when")
 
@@ -87,6 +93,10 @@ class Alarm:
         if check is None:
             return
         now = asyncio.get_running_loop().time()
-        again = check(now)
+        try:
+            again = check(now)
+        except Exception:
+            log.exception("a timer's check failed; it runs again shortly")
+            again = now + CHECK_RETRY_S
         if again is not None:
             self.arm(max(again, now + SLACK_S), check)
