@@ -113,21 +113,16 @@ class ChatStreamDecoder:
             # The common delta holds only content: the rest is looked at when present.
             if "reasoning" in delta or "reasoning_content" in delta:
                 self._reasoning(idx, delta)
-            content = delta.get("content")
-            if content:
-                if type(content) is not str:
-                    raise TypeError("content is not a string")
-                self.out.append(TextDelta(content, idx))
-                self._generated.append(content)
-            if "tool_calls" in delta:
-                self._call_fragments(idx, delta["tool_calls"])
+            text = delta.get("content")
         else:
-            text = c.get("text")
-            if text:
-                if type(text) is not str:
-                    raise TypeError("text is not a string")
-                self.out.append(TextDelta(text, idx))
-                self._generated.append(text)
+            text = c.get("text")  # a legacy completion's choice
+        if text:
+            if type(text) is not str:
+                raise TypeError("the text is not a string")
+            self.out.append(TextDelta(text, idx))
+            self._generated.append(text)
+        if delta is not None and "tool_calls" in delta:
+            self._call_fragments(idx, delta["tool_calls"])
         reason = c.get("finish_reason")
         if reason:
             self._finish(idx, reason, c.get("stop_reason"))
