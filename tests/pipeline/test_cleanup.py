@@ -95,3 +95,31 @@ async def test_a_whole_answer_left_before_its_record_is_committed_is_cleaned_up_
     assert (row["status"], row["output_tokens"]) == ("cancelled", None)
     assert g.seen("one") == 0
     assert (await g.backends())["one"]["in_flight"] == 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_step_of_the_clean_up_that_fails_leaves_the_others_done(
+    watched: tuple[InProcess, Recording],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    stream: bool,
+) -> None:
+    # Whatever fails in the gateway, the request keeps its audit record and its charge: the
+    # fair gate's bookkeeping (first step) and the metrics (last) failing change neither.
+    g, _ = watched
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(g.gate, "finish", broken)
+    monkeypatch.setattr(flight, "record_outcome", broken)
+    status, _ = await g.post("openai", stream=stream)
+    assert status == 200
+    (row,) = await g.audit(1)
+    assert row["status"] == "ok" and row["output_tokens"] > 0
+    assert await g.period_tokens() == row["input_tokens"] + row["output_tokens"]
+    assert (await g.get("/v1/usage"))["in_flight"] == 0
+    assert (await g.backends())["one"]["in_flight"] == 0
+    logged = capsys.readouterr()
+    for step in ("the backend slot", "the metrics and log line"):
+        assert step in logged.out + logged.err

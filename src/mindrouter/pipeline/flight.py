@@ -14,6 +14,9 @@ request ended, it runs stage 12 in a task that cancellation cannot interrupt:
     5. the request's metrics and its final log line (`outcome.py`), once it was scheduled: one
        refused before that is the edge's refusal
 
+A step that fails (a bug) is logged and the steps after it still run: the audit record and the
+charge are never lost to a failure of the bookkeeping before them.
+
 While it runs, the request is tracked by the process's `Recovery`, whose heartbeat checkpoints
 the tokens produced so far into the pending audit record.
 """
@@ -22,11 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from typing import Any
 
 from mindrouter.canonical import AnyRequest, AnyResult, StreamEvent, Usage
 from mindrouter.errors import InternalError, MindRouterError
+from mindrouter.observability.logging import log
 from mindrouter.pipeline.admit import admit, settle
 from mindrouter.pipeline.audit import AuditRecord, output_text
 from mindrouter.pipeline.context import RequestContext
@@ -228,7 +232,8 @@ class Flight:
         usage = self.usage if self.usage is not None else tally.used(self.est_input)
         output = self.output
         if output is None and (tally.produced or tally.usage is not None):
-            output = tally.text
+            with _step("the output's text"):
+                output = tally.text
         return self._close(self.status or "cancelled", usage, output, self.error)
 
     async def _close(
@@ -244,32 +249,48 @@ class Flight:
         used_in = usage.input_tokens if usage else 0
         used_out = usage.output_tokens if usage else 0
         used = used_in + used_out
+        # Each step keeps something the others do not: one that fails is logged, and the
+        # steps after it still run.
         # 1. The slot first, so the next waiter can start while we write records.
         served_by = self.backend
-        self.drop()
-        if self.job is not None:
-            s.gate.finish(self.job, used_in, used_out)
+        with _step("the backend slot"):
+            self.drop()
+            if self.job is not None:
+                s.gate.finish(self.job, used_in, used_out)
         # 2. The model is resident on the backend that served it.
         if status == "ok" and served_by is not None:
-            s.catalog.mark_used(self.spec.name, s.clock())
-            served_by.loaded.add(self.spec.name)
+            with _step("the model's residency"):
+                s.catalog.mark_used(self.spec.name, s.clock())
+                served_by.loaded.add(self.spec.name)
         # 3. The audit record, with the usage charge.
         if self.audit is not None:
-            await self.audit.complete(
-                self.ctx,
-                status,
-                usage=usage,
-                output=output,
-                error=error,
-                queued_ms=self.queued_ms,
-                ticket=self.ticket,
-            )
+            with _step("the audit record"):
+                await self.audit.complete(
+                    self.ctx,
+                    status,
+                    usage=usage,
+                    output=output,
+                    error=error,
+                    queued_ms=self.queued_ms,
+                    ticket=self.ticket,
+                )
         # 4. The quota counters: the settlement is sent, its answer not waited for.
         if self.ticket is not None:
-            settle(s, self.ticket, used)
+            with _step("the limits"):
+                settle(s, self.ticket, used)
         # 5. The request's metrics and log line.
         if self.job is not None:
-            record_outcome(s.metrics, self.ctx, self.req.model, status, usage, error=error)
+            with _step("the metrics and log line"):
+                record_outcome(s.metrics, self.ctx, self.req.model, status, usage, error=error)
+
+
+@contextlib.contextmanager
+def _step(what: str) -> Iterator[None]:
+    """One step of a request's clean-up: an exception it raises is logged, not passed on."""
+    try:
+        yield
+    except Exception:
+        log.exception("a step of a request's clean-up failed", step=what)
 
 
 @contextlib.asynccontextmanager
