@@ -267,8 +267,12 @@ async def closed_loop(
     *,
     stream: bool = False,
     timeout: float = 30.0,
+    spread: float | None = None,
 ) -> tuple[list[Result], float]:
-    """`concurrency` workers, each sending its next request when the last one ends."""
+    """`concurrency` workers, each sending its next request when the last one ends; their
+    first requests go out evenly over `spread` seconds (0.05, or 0.2 for streams). Workers
+    whose requests all take the same time keep that phase: streams started within 0.2 s of
+    each other end, and start again, within 0.2 s of each other, round after round."""
     t0 = time.monotonic()
     stop = t0 + duration
     out: list[Result] = []
@@ -283,7 +287,8 @@ async def closed_loop(
             if not r.ok:
                 await asyncio.sleep(0.01)
 
-    spread = 0.05 if not stream else 0.2
+    if spread is None:
+        spread = 0.05 if not stream else 0.2
     await asyncio.gather(*(worker(spread * k / concurrency) for k in range(concurrency)))
     return out, t0
 

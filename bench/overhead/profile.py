@@ -359,6 +359,12 @@ def main() -> int:
     parser.add_argument(
         "--arrivals", type=float, default=0.0, help="with --against: streams a second, open loop"
     )
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=0.2,
+        help="streams: the closed loop's first streams start evenly over this many seconds",
+    )
     ns = parser.parse_args()
     if ns.streams:
         from bench.overhead.profile_streams import against, profile_streams

@@ -20,6 +20,9 @@ schedule (about R × the stream's length in flight at once), as independent user
 latencies from these too: in the closed loop every stream has the same length, so streams that
 start together end together and start again together, and a change that ends streams a little
 sooner can keep those bursts tighter and its TTFT tail longer, which no real population does.
+`--spread S` starts the closed loop's clients evenly over S seconds instead of the 0.2 s the
+full benchmark uses; over a whole stream's length (0.68 s for the mock's default) their
+arrivals are as even as independent users'.
 """
 
 from __future__ import annotations
@@ -102,7 +105,9 @@ async def profile_streams(ns: argparse.Namespace) -> Path:
             servers.append(gw)
             pool = Pool(HOST, gw.port)
             raw = run.Target("gw", gw, gw.headers, pool).raw(run.chat_body(stream=True))
-            await closed_loop(pool, raw, ns.streams, 3.0, stream=True, timeout=60)  # warm-up
+            await closed_loop(  # warm-up
+                pool, raw, ns.streams, 3.0, stream=True, timeout=60, spread=ns.spread
+            )
             await asyncio.sleep(1.0)
             pin_peers(gw)
             spy_proc = prof.start_spy(spy, gw.proc.pid, ns, out) if spy else None
@@ -110,7 +115,7 @@ async def profile_streams(ns: argparse.Namespace) -> Path:
             gw.refresh_pids()
             cpu0, split0 = gw.cpu(), targets.user_system(gw.pids)
             results, _ = await closed_loop(
-                pool, raw, ns.streams, ns.duration - 1.5, stream=True, timeout=60
+                pool, raw, ns.streams, ns.duration - 1.5, stream=True, timeout=60, spread=ns.spread
             )
             cpu, split1 = gw.cpu() - cpu0, targets.user_system(gw.pids)
             load = os.getloadavg()[0]
@@ -220,7 +225,7 @@ async def against(ns: argparse.Namespace) -> Path:
                 )
             else:
                 results, _ = await closed_loop(
-                    t.pool, raw, ns.streams, duration, stream=True, timeout=60
+                    t.pool, raw, ns.streams, duration, stream=True, timeout=60, spread=ns.spread
                 )
             return results
 
