@@ -121,5 +121,27 @@ async def test_a_step_of_the_clean_up_that_fails_leaves_the_others_done(
     assert (await g.get("/v1/usage"))["in_flight"] == 0
     assert (await g.backends())["one"]["in_flight"] == 0
     logged = capsys.readouterr()
-    for step in ("the backend slot", "the metrics and log line"):
+    for step in ("the fair gate", "the metrics and log line"):
         assert step in logged.out + logged.err
+
+
+async def test_a_failing_fair_queue_charge_still_gives_the_backend_slot_back(
+    gateway_factory: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The one slot of the backend must come back, or every later request waits for ever.
+    g = await gateway_factory([backend("one", max_concurrent=1)])
+    monkeypatch.setattr(flight, "CHARGE_TOKENS", 10**9)  # charged only when the slot is given back
+    monkeypatch.setattr(flight, "CHARGE_SECONDS", 10**9)
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(g.gate.queue, "charge", broken)
+    status, _ = await g.post("openai", stream=True)
+    assert status == 200
+    (row,) = await g.audit(1)
+    assert row["status"] == "ok" and row["output_tokens"] > 0
+    assert (await g.backends())["one"]["in_flight"] == 0
+    monkeypatch.undo()
+    status, _ = await asyncio.wait_for(g.post("openai"), 10)
+    assert status == 200

@@ -142,15 +142,19 @@ class Flight:
         self.s.slots.changed(backend)
 
     def drop(self) -> None:
-        self._charge()
-        b = self.backend
-        if b is not None:
-            b.in_flight -= 1
-            self.backend = None
-            self.s.slots.changed(b)
-            for model in b.serves:
-                if model != self.spec.name:
-                    self.s.gate.release(model)
+        """Gives back the slot held, after charging the fair queue what is left to charge (so
+        the next decision sees it); the slot is given back even if the charge fails."""
+        try:
+            self._charge()
+        finally:
+            b = self.backend
+            if b is not None:
+                b.in_flight -= 1
+                self.backend = None
+                self.s.slots.changed(b)
+                for model in b.serves:
+                    if model != self.spec.name:
+                        self.s.gate.release(model)
 
     def see(self, events: Sequence[StreamEvent]) -> None:
         """Events of the current attempt, as one read of the engine brought them: tallied,
@@ -255,7 +259,8 @@ class Flight:
         served_by = self.backend
         with _step("the backend slot"):
             self.drop()
-            if self.job is not None:
+        if self.job is not None:
+            with _step("the fair gate"):
                 s.gate.finish(self.job, used_in, used_out)
         # 2. The model is resident on the backend that served it.
         if status == "ok" and served_by is not None:
