@@ -342,7 +342,7 @@ def test_token_counts_are_whole_numbers(reported: Any) -> None:
     assert decode_result(data, "m", never).usage == Usage(20, 10, cached_input_tokens=10)
 
 
-@pytest.mark.parametrize("count", [10.5, -3, True, "10", None])
+@pytest.mark.parametrize("count", [10.5, -3, True, "10", None, 2**31, 1e19, float("inf")])
 def test_a_count_that_is_not_one_leaves_the_usage_to_the_estimate(count: Any) -> None:
     usage = {"prompt_tokens": count, "completion_tokens": 4}
     estimated = Usage(7, count_text("hello"), estimated=True)

@@ -349,3 +349,30 @@ async def test_one_refused_outcome_does_not_drop_the_others(
         assert [s.status if s else None for s in seen] == ["ok", "pending", "ok"]
     finally:
         await stores.aclose()
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql", "mariadb"])
+async def test_a_count_too_wide_for_its_column_fails_its_outcome_alone(
+    engine: str, session_databases: SessionDatabases
+) -> None:
+    # SQLite's driver raises OverflowError before any SQL runs; the servers refuse the value.
+    # Either way the outcome is refused on its own and the writer goes on.
+    stores = open_stores(session_databases.url(engine), hasher=FAST_HASHER)
+    try:
+        records = [start(unique("u")) for _ in range(3)]
+        for r in records:
+            await stores.audit.begin(r)
+        for i, r in enumerate(records):
+            tokens = 2**64 if i == 1 else i + 1
+            stores.audit.complete(r.uuid, AuditOutcome(status="ok", input_tokens=tokens))
+        await stores.audit.flush()
+        seen = [await stores.audit_log.get(r.uuid) for r in records]
+        assert [s.status if s else None for s in seen] == ["ok", "pending", "ok"]
+        later = start(unique("u"))
+        await stores.audit.begin(later)
+        stores.audit.complete(later.uuid, AuditOutcome(status="ok", input_tokens=1))
+        await stores.audit.flush()
+        found = await stores.audit_log.get(later.uuid)
+        assert found is not None and found.status == "ok"
+    finally:
+        await stores.aclose()

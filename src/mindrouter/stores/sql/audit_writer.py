@@ -49,12 +49,14 @@ MAX_BATCH = 500
 COMPLETE_DELAY = 0.05
 COMPLETE_RETRIES = 5
 MAX_RETRY_PAUSE = 5.0
-# A record the driver cannot serialise fails with TypeError / ValueError, before any SQL runs.
+# A record the driver cannot serialise fails with TypeError / ValueError (OverflowError for an
+# integer wider than the column: SQLite's driver), before any SQL runs.
 WRITE_ERRORS: tuple[type[Exception], ...] = (
     *DATABASE_ERRORS,
     AuditRowsRejected,
     TypeError,
     ValueError,
+    OverflowError,
 )
 
 
@@ -293,10 +295,15 @@ class AuditWriter:
         await self._transaction(write)
 
     async def _complete_one_by_one(self, batch: list[dict[str, Any]]) -> None:
-        for row in batch:
+        for n, row in enumerate(batch):
             try:
                 await self._update([row])
             except WRITE_ERRORS as exc:
+                if _unreachable(exc):
+                    # The database went away meanwhile: the rest wait for it, as a batch does.
+                    self._completions[:0] = batch[n:]
+                    self._settle_outcomes(n)
+                    return
                 log.error("an audit outcome was refused", error=str(exc), uuid=row["b_uuid"])
                 continue
             self.stats.complete_batches += 1
