@@ -6,9 +6,11 @@ commit may still be under way."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
+from mindrouter.dialects.openai.stream import ChatStreamEncoder
 from mindrouter.pipeline import flight
 from mindrouter.stores.audit_records import AuditStart
 from tests.pipeline.conftest import Factory
@@ -145,3 +147,26 @@ async def test_a_failing_fair_queue_charge_still_gives_the_backend_slot_back(
     monkeypatch.undo()
     status, _ = await asyncio.wait_for(g.post("openai"), 10)
     assert status == 200
+
+
+async def test_a_stream_whose_response_fails_at_its_start_is_closed_at_once(
+    watched: tuple[InProcess, Recording], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The relay, opened and waiting at its first event, is closed by the response that failed,
+    # not left to the garbage collector: its record, slot and limits are dealt with at once.
+    g, _ = watched
+
+    def broken(self: object) -> bytes:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(ChatStreamEncoder, "start", broken)
+    gc.disable()
+    try:
+        status, _ = await g.post("openai", stream=True)
+        assert status == 500
+        (row,) = await g.audit(1)
+        assert row["status"] in ("cancelled", "error")
+        assert (await g.backends())["one"]["in_flight"] == 0
+        assert (await g.get("/v1/usage"))["in_flight"] == 0
+    finally:
+        gc.enable()

@@ -59,14 +59,18 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
         headers = {"request-id": ctx.request_id}
         if req.stream:
             events = await gateway.open_stream(ctx, req)
-            encoder = dialect.MessagesStreamEncoder(
-                message_id=message_id,
-                model=req.model,
-                # Counted when the flight opened (off the loop for a long prompt), not again.
-                input_tokens_hint=ctx.input_estimate,
-                signing_key=key,
-                return_reasoning=req.reasoning.return_reasoning,
-            )
+            try:
+                encoder = dialect.MessagesStreamEncoder(
+                    message_id=message_id,
+                    model=req.model,
+                    # Counted when the flight opened (off the loop for a long prompt), not again.
+                    input_tokens_hint=ctx.input_estimate,
+                    signing_key=key,
+                    return_reasoning=req.reasoning.return_reasoning,
+                )
+            except BaseException:
+                await events.aclose()
+                raise
             return stream_response(encoder, events, ctx, headers)
         result = await gateway.generate(ctx, req)
         response = json_response(

@@ -142,9 +142,9 @@ class EventStream(Response):
         # The stream's opening (a role chunk, a `message_start`) and its first event are ready
         # at the same moment (the route waited for the first event), so they go out in one
         # write; so do the ending and the end of the body.
-        head = encoder.start()
-        ending = b""
+        head = ending = b""
         try:
+            head = encoder.start()
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             writer = direct_writer(scope)
             push = None if writer is None else _pusher(encoder, writer.write)

@@ -106,9 +106,11 @@ def _inference_routes(gateway: Gateway, entry: Entry) -> list[BaseRoute]:
                 ctx,
             )
         req = dialect.decode_chat_request(body)
-        events = await gateway.open_stream(ctx, req)
         if req.stream:
-            return stream_response(_streamer(ctx, req.model, False), events, ctx)
+            streamer = _streamer(ctx, req.model, False)
+            # Opened last: once open, only the response's own `try` closes the stream.
+            return stream_response(streamer, await gateway.open_stream(ctx, req), ctx)
+        events = await gateway.open_stream(ctx, req)
         result, first_output = await _collect(req.model, events)
         return json_response(
             dialect.encode_chat_response(
@@ -132,9 +134,10 @@ def _inference_routes(gateway: Gateway, entry: Entry) -> list[BaseRoute]:
                 ),
                 ctx,
             )
-        events = await gateway.open_stream(ctx, req)
         if req.stream:
-            return stream_response(_streamer(ctx, req.model, True), events, ctx)
+            streamer = _streamer(ctx, req.model, True)
+            return stream_response(streamer, await gateway.open_stream(ctx, req), ctx)
+        events = await gateway.open_stream(ctx, req)
         result, first_output = await _collect(req.model, events)
         return json_response(
             dialect.encode_generate_response(

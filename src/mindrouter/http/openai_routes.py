@@ -26,7 +26,6 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def chat_completions(ctx: RequestContext, body: Any) -> Response:
         req = dialect.decode_chat_request(body)
         if req.stream:
-            events = await gateway.open_stream(ctx, req)
             encoder = dialect.ChatStreamEncoder(
                 request_id=ctx.request_id,
                 model=req.model,
@@ -34,6 +33,8 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
                 include_usage=dialect.wants_usage(body),
                 reasoning_field=reasoning_field,
             )
+            # Opened last: once open, only the response's own `try` closes the stream.
+            events = await gateway.open_stream(ctx, req)
             return stream_response(encoder, events, ctx)
         result = await gateway.generate(ctx, req)
         return json_response(
@@ -51,13 +52,13 @@ def openai_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
     async def completions(ctx: RequestContext, body: Any) -> Response:
         req = dialect.decode_completion_request(body)
         if req.stream:
-            events = await gateway.open_stream(ctx, req)
             encoder = dialect.CompletionStreamEncoder(
                 request_id=ctx.request_id,
                 model=req.model,
                 created=ctx.created,
                 include_usage=dialect.wants_usage(body),
             )
+            events = await gateway.open_stream(ctx, req)
             return stream_response(encoder, events, ctx)
         result = await gateway.generate(ctx, req)
         return json_response(

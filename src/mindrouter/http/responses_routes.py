@@ -135,8 +135,8 @@ def _create_routes(
             prior_count=len(prior_items),
         )
         if req.stream:
-            events = await gateway.open_stream(ctx, req)
             encoder = dialect.ResponsesStreamEncoder(shape)
+            events = await gateway.open_stream(ctx, req)
 
             async def before_end() -> None:
                 await keep(encoder.final)
