@@ -9,12 +9,20 @@ the `pending` records of every process whose heartbeat is older than `instance_s
 closed as `interrupted` and charged the tokens of their last checkpoint, exactly once, and those
 tokens are passed on to the limit counters too, so the budget sees them on every replica.
 
-A process killed mid-stream therefore has its records closed at most `instance_stale_s` plus
-one `heartbeat_s` after its last heartbeat (20 s with the defaults, under 25 s from the kill
-with a sweep taking a few seconds at most). What it relayed after its last checkpoint is in its
-journal (`journal.py`): a process on the same machine finds the dead one's file at its next
-heartbeat, writes those counts as the last checkpoint and sweeps the records at once; without
-such a process, up to `heartbeat_s` worth of output per stream is not charged.
+A process sweeps others only once its own heartbeats have reached the database for
+`instance_stale_s` in a row (the journals of processes dead on its own machine excepted: those
+deaths are certain). After an outage of the database longer than `instance_stale_s`, every
+replica finds every other one stale; the first back would otherwise close the records of
+requests still running elsewhere, and their real outcomes, coming later, would change nothing.
+
+A process killed mid-stream therefore has its records closed by a replica that has been up
+for `instance_stale_s` at most `instance_stale_s` plus one `heartbeat_s` after its last
+heartbeat (20 s with the defaults, under 25 s from the kill with a sweep taking a few seconds
+at most); a replica started after the kill waits its own `instance_stale_s` first. What it
+relayed after its last checkpoint is in its journal (`journal.py`): a process on the same
+machine finds the dead one's file at its next heartbeat, writes those counts as the last
+checkpoint and sweeps the records at once; without such a process, up to `heartbeat_s` worth of
+output per stream is not charged.
 """
 
 from __future__ import annotations
@@ -58,6 +66,8 @@ class Recovery:
         self._journal_dir = journal_dir
         self.journal: Journal | None = None  # from start(), when there is a journal directory
         self.swept = 0  # records this process closed for dead ones
+        # Since when (wall clock) every heartbeat of this process has reached the database.
+        self._reaching_since: float | None = None
 
     def track(self, audit_uuid: str, used: Callable[[], Usage | None]) -> int | None:
         """Follows a request in flight; returns its journal slot (for `Journal.note`), if any."""
@@ -103,11 +113,24 @@ class Recovery:
     async def tick(self) -> int:
         """One heartbeat with checkpoints, which finds the dead processes, the journals of
         processes that died here taken in, then their sweep; returns the records swept."""
-        now = self._now()
-        dead: list[str] | None = await self._ledger.heartbeat(
-            self.instance_id, self._host, self._pid, now, self.checkpoints(), self.stale_s
-        )
-        if self._journal_dir is not None and await self._take_orphans(self._journal_dir):
+        wall = self._wall()
+        now = datetime.fromtimestamp(wall, UTC)
+        try:
+            dead: list[str] | None = await self._ledger.heartbeat(
+                self.instance_id, self._host, self._pid, now, self.checkpoints(), self.stale_s
+            )
+        except Exception:
+            self._reaching_since = None
+            raise
+        if self._reaching_since is None:
+            self._reaching_since = wall
+        taken = await self._take_orphans(self._journal_dir) if self._journal_dir else []
+        if wall - self._reaching_since < self.stale_s:
+            # This process has reached the database for less than `stale_s`: the heartbeats
+            # it finds stale may have lapsed in the same outage, of processes still alive.
+            # Only the deaths it is sure of (their journals, taken in) are swept yet.
+            dead = taken
+        elif taken:
             dead = None  # backdated since the heartbeat found the dead: the sweep reads again
         if dead == []:
             return 0
@@ -124,11 +147,11 @@ class Recovery:
             await self._count(charge)
         return result.closed
 
-    async def _take_orphans(self, directory: Path) -> int:
+    async def _take_orphans(self, directory: Path) -> list[str]:
         """Each dead process's last counts into its pending records, which are then swept at
-        once (its heartbeat backdated) rather than after `instance_stale_s`; returns how many
-        were taken in."""
-        taken = 0
+        once (its heartbeat backdated) rather than after `instance_stale_s`; returns the
+        instances taken in."""
+        taken: list[str] = []
         for orphan in orphans(directory):
             try:
                 await self._ledger.checkpoint(orphan.instance_id, orphan.points)
@@ -143,7 +166,7 @@ class Recovery:
                 instance=orphan.instance_id,
                 requests=len(orphan.points),
             )
-            taken += 1
+            taken.append(orphan.instance_id)
         return taken
 
     async def _count(self, charge: Charge) -> None:
