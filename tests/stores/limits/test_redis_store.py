@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 import pytest
 from redis.asyncio import Redis
@@ -211,3 +212,23 @@ async def test_a_snapshot_of_usage_the_server_lost_asks_for_a_reload(
     assert (snapshot.period_tokens, snapshot.lifetime_tokens) == (308, 908)
     # What the database sync reads (as of each user's last change) is not asked for a reload.
     assert [s.user for s in await store.dirty()] == ["eve"]
+
+
+async def test_an_admission_left_before_its_reply_gives_its_lease_back(
+    redis_server: RedisServer,
+) -> None:
+    # A client that hangs up while its admission's reply is on the way: the script ran and took
+    # a lease the gateway never heard of; without its release the user's one concurrent
+    # request would be held until the lease lapsed.
+    store = redis_server.store(lease_seconds=60)
+    limits = Limits(token_budget=10**9, rpm=1000, max_concurrent=1, budget_period_days=30)
+    await store.seed("u1", None, 0, 0)
+    admission = asyncio.ensure_future(store.admit("u1", limits, 100, time.time()))
+    await asyncio.sleep(0)  # the script is on its way to Redis
+    admission.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await admission
+    ticket = await store.admit("u1", limits, 100, time.time())
+    snapshot = await store.snapshot("u1", limits, time.time())
+    assert (snapshot.in_flight, snapshot.reserved_tokens) == (1, 100)
+    await store.settle(ticket, 0, time.time())

@@ -178,6 +178,23 @@ class RedisLimitStore:
             reply = await self._admit.call(self._pipe, self._admit_keys(user), args)
         except (redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
             raise await unavailable_after(self._client, exc) from exc
+        except asyncio.CancelledError:
+            # The caller left (its client hung up) with the script sent: it may have taken a
+            # lease that nobody would give back before it lapses. Its release goes out now, on
+            # the same connection, so Redis runs it after the admission; it changes nothing if
+            # the admission took no lease.
+            unanswered = Ticket(
+                user=user,
+                reserved_tokens=estimate_tokens,
+                period_start=now,
+                lease_id=lease_id,
+                admitted_at=now,
+                lease_expires=expires,
+                period_seconds=limits.period_seconds,
+                origin="redis",
+            )
+            self.settle_soon(unanswered, 0, now)
+            raise
         if int(reply[0]) == 2:
             raise UsageNotLoaded(
                 "rate limiting is reloading this user's usage after Redis lost it; retry"
