@@ -5,14 +5,10 @@ running, while a replica that really died is still swept once the survivor has b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
-
 import pytest
 
 from mindrouter.pipeline.recovery import Recovery
 from mindrouter.stores.limits import MemoryLimitStore
-from mindrouter.stores.records import Checkpoint
 from mindrouter.stores.sql import SqlStores, open_stores
 from mindrouter.stores.sql.instances import SqlInstances
 
@@ -23,29 +19,20 @@ STALE_S = 15.0
 
 
 class Reachable:
-    """The real ledger, behind a switch that stands for the database being out of reach."""
+    """The real ledger, behind a switch that stands for the database being out of reach (its
+    heartbeats then fail)."""
 
     def __init__(self, ledger: SqlInstances) -> None:
         self.ledger = ledger
         self.down = False
 
-    async def register(self, instance_id: str, host: str, pid: int, now: datetime) -> None:
-        await self.ledger.register(instance_id, host, pid, now)
-
-    async def heartbeat(
-        self,
-        instance_id: str,
-        host: str,
-        pid: int,
-        now: datetime,
-        points: Sequence[Checkpoint],
-        stale_s: float,
-    ) -> list[str]:
-        if self.down:
-            raise OSError("the database is out of reach")
-        return await self.ledger.heartbeat(instance_id, host, pid, now, points, stale_s)
-
     def __getattr__(self, name: str) -> object:
+        if self.down and name == "heartbeat":
+
+            async def unreachable(*args: object) -> list[str]:
+                raise OSError("the database is out of reach")
+
+            return unreachable
         return getattr(self.ledger, name)
 
 
