@@ -10,10 +10,11 @@ closed as `interrupted` and charged the tokens of their last checkpoint, exactly
 tokens are passed on to the limit counters too, so the budget sees them on every replica.
 
 A process sweeps others only once its own heartbeats have reached the database for
-`instance_stale_s` in a row (the journals of processes dead on its own machine excepted: those
-deaths are certain). After an outage of the database longer than `instance_stale_s`, every
-replica finds every other one stale; the first back would otherwise close the records of
-requests still running elsewhere, and their real outcomes, coming later, would change nothing.
+`instance_stale_s`, with no gap of half of it (the journals of processes dead on its own
+machine excepted: those deaths are certain). After an outage of the database longer than
+`instance_stale_s`, every replica finds every other one stale; the first back would otherwise
+close the records of requests still running elsewhere, and their real outcomes, coming later,
+would change nothing.
 
 A process killed mid-stream therefore has its records closed by a replica that has been up
 for `instance_stale_s` at most `instance_stale_s` plus one `heartbeat_s` after its last
@@ -66,8 +67,10 @@ class Recovery:
         self._journal_dir = journal_dir
         self.journal: Journal | None = None  # from start(), when there is a journal directory
         self.swept = 0  # records this process closed for dead ones
-        # Since when (wall clock) every heartbeat of this process has reached the database.
-        self._reaching_since: float | None = None
+        # This process's last heartbeat that reached the database, and the first of the run of
+        # them with no gap longer than half of `stale_s` (wall clock).
+        self._last_heartbeat: float | None = None
+        self._reaching_since = 0.0
 
     def track(self, audit_uuid: str, used: Callable[[], Usage | None]) -> int | None:
         """Follows a request in flight; returns its journal slot (for `Journal.note`), if any."""
@@ -115,15 +118,14 @@ class Recovery:
         processes that died here taken in, then their sweep; returns the records swept."""
         wall = self._wall()
         now = datetime.fromtimestamp(wall, UTC)
-        try:
-            dead: list[str] | None = await self._ledger.heartbeat(
-                self.instance_id, self._host, self._pid, now, self.checkpoints(), self.stale_s
-            )
-        except Exception:
-            self._reaching_since = None
-            raise
-        if self._reaching_since is None:
+        dead: list[str] | None = await self._ledger.heartbeat(
+            self.instance_id, self._host, self._pid, now, self.checkpoints(), self.stale_s
+        )
+        if self._last_heartbeat is None or wall - self._last_heartbeat > self.stale_s / 2:
+            # Out of reach for half of `stale_s` (or just started): long enough for a live
+            # process, whose heartbeats come every third of it at most, to have lapsed too.
             self._reaching_since = wall
+        self._last_heartbeat = wall
         taken = await self._take_orphans(self._journal_dir) if self._journal_dir else []
         if wall - self._reaching_since < self.stale_s:
             # This process has reached the database for less than `stale_s`: the heartbeats
