@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from types import TracebackType
 from typing import Any
 
 from mindrouter.canonical import AnyRequest, AnyResult, StreamEvent, Usage
@@ -236,7 +237,7 @@ class Flight:
         usage = self.usage if self.usage is not None else tally.used(self.est_input)
         output = self.output
         if output is None and (tally.produced or tally.usage is not None):
-            with _step("the output's text"):
+            with _Step("the output's text"):
                 output = tally.text
         return self._close(self.status or "cancelled", usage, output, self.error)
 
@@ -257,19 +258,19 @@ class Flight:
         # steps after it still run.
         # 1. The slot first, so the next waiter can start while we write records.
         served_by = self.backend
-        with _step("the backend slot"):
+        with _Step("the backend slot"):
             self.drop()
         if self.job is not None:
-            with _step("the fair gate"):
+            with _Step("the fair gate"):
                 s.gate.finish(self.job, used_in, used_out)
         # 2. The model is resident on the backend that served it.
         if status == "ok" and served_by is not None:
-            with _step("the model's residency"):
+            with _Step("the model's residency"):
                 s.catalog.mark_used(self.spec.name, s.clock())
                 served_by.loaded.add(self.spec.name)
         # 3. The audit record, with the usage charge.
         if self.audit is not None:
-            with _step("the audit record"):
+            with _Step("the audit record"):
                 await self.audit.complete(
                     self.ctx,
                     status,
@@ -281,21 +282,34 @@ class Flight:
                 )
         # 4. The quota counters: the settlement is sent, its answer not waited for.
         if self.ticket is not None:
-            with _step("the limits"):
+            with _Step("the limits"):
                 settle(s, self.ticket, used)
         # 5. The request's metrics and log line.
         if self.job is not None:
-            with _step("the metrics and log line"):
+            with _Step("the metrics and log line"):
                 record_outcome(s.metrics, self.ctx, self.req.model, status, usage, error=error)
 
 
-@contextlib.contextmanager
-def _step(what: str) -> Iterator[None]:
-    """One step of a request's clean-up: an exception it raises is logged, not passed on."""
-    try:
-        yield
-    except Exception:
-        log.exception("a step of a request's clean-up failed", step=what)
+class _Step:
+    """One step of a request's clean-up: an exception it raises is logged, not passed on. A
+    class rather than `contextlib.contextmanager`, whose generator costs about 1 µs a step
+    against 0.15 (seven steps a request)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if not isinstance(exc, Exception):
+            return False  # none, or a cancellation or exit, which goes on
+        log.error("a step of a request's clean-up failed", step=self.what, exc_info=exc)
+        return True
 
 
 @contextlib.asynccontextmanager
