@@ -362,8 +362,8 @@ def main() -> int:
     parser.add_argument(
         "--spread",
         type=float,
-        default=0.2,
-        help="streams: the closed loop's first streams start evenly over this many seconds",
+        help="streams: the closed loop's first streams start evenly over this many seconds "
+        "(default 0.2, as in the full benchmark)",
     )
     ns = parser.parse_args()
     if ns.streams:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from mindrouter.backends.fields import token_count
 from mindrouter.backends.http_client import CannotConnect, ConnectTimeout
 from mindrouter.errors import (
     ContextLengthExceeded,
@@ -50,10 +51,6 @@ class ErrorBody:
     context_length: int | None = None
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def read_error_body(raw: bytes) -> ErrorBody:
     """The message (and what else is known) from any engine's error body; raw text otherwise."""
     try:
@@ -79,8 +76,8 @@ def read_error_object(err: Any) -> ErrorBody:
     return ErrorBody(
         message,
         type=kind if isinstance(kind, str) else (code if isinstance(code, str) else None),
-        input_tokens=_int_or_none(err.get("n_prompt_tokens")),
-        context_length=_int_or_none(err.get("n_ctx")),
+        input_tokens=token_count(err.get("n_prompt_tokens")),
+        context_length=token_count(err.get("n_ctx")),
     )
 
 
@@ -144,14 +141,6 @@ def malformed_piece(backend: str) -> UpstreamUnavailable:
         f"{backend}: sent a stream piece of an unexpected shape (a field of the wrong type)",
         backend,
     )
-
-
-def text_or_none(value: Any) -> str | None:
-    """A text field of an engine's answer; TypeError (a malformed piece) when it is neither
-    text nor absent."""
-    if value is None or type(value) is str:
-        return value
-    raise TypeError("a text field is not a string")
 
 
 def load_stream_json(payload: bytes, backend: str) -> Any:

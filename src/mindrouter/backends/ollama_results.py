@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mindrouter.backends.failures import error_from_stream_payload, malformed_piece, text_or_none
-from mindrouter.backends.openai_results import arguments_text, mint_call_id, token_count
+from mindrouter.backends.failures import error_from_stream_payload, malformed_piece
+from mindrouter.backends.fields import text_or_none, token_count
+from mindrouter.backends.openai_results import arguments_text, mint_call_id
 from mindrouter.canonical import (
     EmbeddingResult,
     Finish,

@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from mindrouter.backends.fields import token_count
 from mindrouter.canonical import ChatResult, Choice, EmbeddingResult, FinishReason, ToolCall, Usage
 from mindrouter.tokens import count_text
 
@@ -51,23 +52,6 @@ def arguments_text(arguments: Any) -> str:
     if arguments is None:
         return ""
     return orjson.dumps(arguments).decode()
-
-
-# The most tokens one count may say: the audit columns are 32-bit integers, and no generation
-# comes near (a count past it is an engine's bug, and would fail the outcome's write).
-MAX_TOKEN_COUNT = 2**31 - 1
-
-
-def token_count(value: Any) -> int | None:
-    """A token count as an engine reported it: a whole number from 0 to MAX_TOKEN_COUNT (some
-    engines write `10.0`); None for anything else (missing, negative, fractional, too large, a
-    boolean, text). Counts are charged and stored as integers, so nothing else may reach a
-    `Usage`."""
-    if type(value) is float and value.is_integer():
-        value = int(value)
-    if type(value) is int and 0 <= value <= MAX_TOKEN_COUNT:
-        return value
-    return None
 
 
 def _details(u: dict[str, Any], key: str) -> dict[str, Any]:

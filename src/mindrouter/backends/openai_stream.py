@@ -19,8 +19,8 @@ from mindrouter.backends.failures import (
     error_from_stream_payload,
     load_stream_json,
     malformed_piece,
-    text_or_none,
 )
+from mindrouter.backends.fields import text_or_none
 from mindrouter.backends.openai_results import (
     arguments_text,
     estimated_usage,

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from mindrouter.backends.openai_results import token_count
+from mindrouter.backends.fields import token_count
 from mindrouter.canonical import RelevanceRequest, RelevanceResult, Usage
 from mindrouter.errors import UpstreamUnavailable
 

@@ -28,6 +28,7 @@ output per stream is not charged.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -69,7 +70,7 @@ class Recovery:
         self.swept = 0  # records this process closed for dead ones
         # This process's last heartbeat that reached the database, and the first of the run of
         # them with no gap longer than half of `stale_s` (wall clock).
-        self._last_heartbeat: float | None = None
+        self._last_heartbeat = -math.inf
         self._reaching_since = 0.0
 
     def track(self, audit_uuid: str, used: Callable[[], Usage | None]) -> int | None:
@@ -121,7 +122,7 @@ class Recovery:
         dead: list[str] | None = await self._ledger.heartbeat(
             self.instance_id, self._host, self._pid, now, self.checkpoints(), self.stale_s
         )
-        if self._last_heartbeat is None or wall - self._last_heartbeat > self.stale_s / 2:
+        if wall - self._last_heartbeat > self.stale_s / 2:
             # Out of reach for half of `stale_s` (or just started): long enough for a live
             # process, whose heartbeats come every third of it at most, to have lapsed too.
             self._reaching_since = wall
