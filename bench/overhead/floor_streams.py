@@ -7,11 +7,16 @@ Runs, pinned like the gateways of the main benchmark (relay on core 1, client an
 0), a relay built from bare asyncio protocols (uvloop, httptools): each client request opens a
 connection to the mock, and every body chunk the mock sends is handled inside that connection's
 data callback and written to the client at once, with no task or coroutine woken per chunk.
-Two modes: `passthrough` writes the engine's bytes as they come; `decode` also splits them into
+Three modes: `passthrough` writes the engine's bytes as they come; `decode` also splits them into
 server-sent events, parses each event's JSON, counts its content and writes it re-encoded (what
-a relay must do at the least to account for tokens and rename the stream). No authentication,
-limits, audit, scheduling or failover. The same streams as the main benchmark's streams sweep
-(64 chunks 10 ms apart after 20 ms), closed loop, against the direct client → mock path.
+a relay must do at the least to account for tokens and rename the stream); `stores` is `decode`
+with the least store traffic a governed stream makes (`bench.overhead.store_traffic`: a Redis
+admission and an audit row committed before the engine is called, the settlement and the
+outcome at the end; audit `durable`, a fresh PostgreSQL database and Redis key prefix, removed
+afterwards). No authentication, scheduling or failover; `passthrough` and `decode` make no
+store traffic either. `--modes` picks them (default `passthrough,decode`). The same streams as
+the main benchmark's streams sweep (64 chunks 10 ms apart after 20 ms), closed loop, against the
+direct client → mock path.
 
 Nothing fails on a threshold; it prints a Markdown table and writes
 bench/results/overhead-floor-streams.md. Read the main benchmark's CPU per chunk against it:
@@ -25,13 +30,14 @@ import asyncio
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httptools
 import orjson
 import uvloop
 
-from bench.overhead import run, targets
+from bench.overhead import run, store_traffic, targets
 from bench.overhead.bodies import chat_body
 from bench.overhead.client import Pool, closed_loop, post
 from bench.overhead.output import RESULTS
@@ -89,6 +95,7 @@ class _Client(asyncio.Protocol):
 
     engine_port = 0
     decode = False
+    stores: store_traffic.Stores | None = None
 
     def __init__(self) -> None:
         self.parser = httptools.HttpRequestParser(self)
@@ -96,6 +103,7 @@ class _Client(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.request_id = "chatcmpl-floor"
         self.tokens = 0
+        self.record = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -115,8 +123,12 @@ class _Client(asyncio.Protocol):
 
     async def _open(self, body: bytes) -> None:
         loop = asyncio.get_running_loop()
+        if self.stores is not None:
+            await self.stores.admit()
+            self.record = await self.stores.begin(orjson.loads(body)["model"])
         if self.transport is None:
             return
+        self.tokens = 0
         self.transport.write(HEAD)
         engine, _ = await loop.create_connection(
             lambda: _Engine(self, self.decode), targets.HOST, self.engine_port
@@ -131,12 +143,17 @@ class _Client(asyncio.Protocol):
             self.transport.write(b"%x\r\n%s\r\n" % (len(body), body))
 
     def end(self) -> None:
+        if self.stores is not None:
+            self.stores.end(self.record, self.tokens)
         if self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"0\r\n\r\n")
 
 
-async def serve(port: int, engine_port: int, decode: bool) -> None:
+async def serve(port: int, engine_port: int, decode: bool, stores: bool) -> None:
     _Client.engine_port, _Client.decode = engine_port, decode
+    if stores:
+        _Client.stores = store_traffic.Stores()
+        await _Client.stores.start()
     server = await asyncio.get_running_loop().create_server(_Client, targets.HOST, port)
     await server.serve_forever()
 
@@ -178,7 +195,38 @@ async def _measure(
     return stats
 
 
-async def main(levels: list[int], duration: float) -> int:
+async def _relay(
+    mode: str, streams: int, duration: float, mock_port: int, workdir: Path
+) -> dict[str, Any]:
+    """One relay of `mode` started, measured at `streams` and stopped; with `stores`, its
+    database and keys are removed and the rows it wrote are in the figures."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.overhead.floor_streams", "--serve"]
+    argv += [str(port), str(mock_port), *(["--decode"] if mode != "passthrough" else [])]
+    env: dict[str, str | None] = {"PYTHONPATH": str(targets.REPO)}
+    db = None
+    if mode == "stores":
+        argv.append("--stores")
+        stores_env, db = await store_traffic.prepare(targets.PG_DSN, targets.REDIS_URL, "durable")
+        env.update(stores_env)
+    relay = targets.Server(mode, port, targets._spawn(argv, workdir / f"{mode}.log",
+                           targets.GATEWAY_CORE, env), workdir / f"{mode}.log")  # fmt: skip
+    try:
+        await _listening(port)
+        relay.refresh_pids()
+        stats = await _measure(port, streams, duration, relay)
+        if db is not None:
+            await asyncio.sleep(0.2)  # the last outcomes' flush
+            stats["rows"] = await store_traffic.audit_rows(targets.PG_DSN, db)
+    finally:
+        await relay.stop()
+        if db is not None:
+            await targets._pg_execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+            await targets._redis_delete(f"mrfloor:{db}:")
+    return stats
+
+
+async def main(levels: list[int], duration: float, modes: list[str]) -> int:
     os.sched_setaffinity(0, {int(targets.CLIENT_CORE)})
     workdir = targets.workdir()
     mock = await targets.start_mock(workdir)
@@ -186,23 +234,8 @@ async def main(levels: list[int], duration: float) -> int:
     try:
         for streams in levels:
             rows.append(("direct", streams, await _measure(mock.port, streams, duration)))
-            for mode in ("passthrough", "decode"):
-                port = free_port()
-                argv = [sys.executable, "-m", "bench.overhead.floor_streams", "--serve"]
-                argv += [str(port), str(mock.port), *(["--decode"] if mode == "decode" else [])]
-                proc = targets._spawn(
-                    argv,
-                    workdir / f"{mode}.log",
-                    targets.GATEWAY_CORE,
-                    {"PYTHONPATH": str(targets.REPO)},
-                )
-                relay = targets.Server(mode, port, proc, workdir / f"{mode}.log")
-                try:
-                    await _listening(port)
-                    relay.refresh_pids()
-                    stats = await _measure(port, streams, duration, relay)
-                finally:
-                    await relay.stop()
+            for mode in modes:
+                stats = await _relay(mode, streams, duration, mock.port, workdir)
                 rows.append((mode, streams, stats))
                 print(f"  {mode} {streams} streams: {stats['cpu_us_per_chunk']:.1f} µs per chunk")
     finally:
@@ -212,10 +245,10 @@ async def main(levels: list[int], duration: float) -> int:
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; `python -m "
         f"bench.overhead.floor_streams --streams {','.join(map(str, levels))} --duration "
-        f"{duration:g}`; relay on core {targets.GATEWAY_CORE}, client and mock on core "
-        f"{targets.CLIENT_CORE}; load average {os.getloadavg()[0]:.2f}. Streams of 64 chunks "
-        "10 ms apart after 20 ms, closed loop; each relayed stream opens a new connection to "
-        "the mock.",
+        f"{duration:g} --modes {','.join(modes)}`; relay on core {targets.GATEWAY_CORE}, "
+        f"client and mock on core {targets.CLIENT_CORE}; load average "
+        f"{os.getloadavg()[0]:.2f}. Streams of 64 chunks 10 ms apart after 20 ms, closed "
+        "loop; each relayed stream opens a new connection to the mock.",
         "",
         "| target | streams | ok | TTFT p50 | TTFT p99 | gap p50 | gap p99 | CPU µs/chunk |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -227,6 +260,11 @@ async def main(levels: list[int], duration: float) -> int:
             f"| {mode} | {streams} | {s['ok']}/{s['streams']} | {s['ttft_p50_ms']:.2f} | "
             f"{s['ttft_p99_ms']:.2f} | {s['gap_p50_ms']:.2f} | {s['gap_p99_ms']:.2f} | {shown} |"
         )
+    lines += [""] + [
+        f"`stores` at {streams} streams: {s['rows']} (warm-up included)."
+        for mode, streams, s in rows
+        if "rows" in s
+    ]
     report = "\n".join(lines) + "\n"
     path = RESULTS / "overhead-floor-streams.md"
     path.write_text(report)
@@ -240,12 +278,19 @@ def cli() -> int:
     parser.add_argument("--streams", default="128,256", help="concurrent streams, comma-separated")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
     parser.add_argument("--serve", nargs=2, type=int, metavar=("PORT", "ENGINE_PORT"))
-    parser.add_argument("--decode", action="store_true")
+    parser.add_argument(
+        "--modes", default="passthrough,decode", help="relays: passthrough, decode, stores"
+    )
+    parser.add_argument("--decode", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--stores", action="store_true", help=argparse.SUPPRESS)
     ns = parser.parse_args()
     if ns.serve:
-        uvloop.run(serve(ns.serve[0], ns.serve[1], ns.decode))
+        uvloop.run(serve(ns.serve[0], ns.serve[1], ns.decode, ns.stores))
         return 0
-    return asyncio.run(main([int(x) for x in ns.streams.split(",")], ns.duration))
+    modes = ns.modes.split(",")
+    if unknown := set(modes) - {"passthrough", "decode", "stores"}:
+        parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
+    return asyncio.run(main([int(x) for x in ns.streams.split(",")], ns.duration, modes))
 
 
 if __name__ == "__main__":
