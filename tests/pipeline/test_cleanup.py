@@ -6,10 +6,13 @@ commit may still be under way."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 
+import orjson
 import pytest
 
+from mindrouter.canonical import StreamEvent, TextDelta
 from mindrouter.dialects.openai.stream import ChatStreamEncoder
 from mindrouter.pipeline import flight
 from mindrouter.stores.audit_records import AuditStart
@@ -162,11 +165,40 @@ async def test_a_stream_whose_response_fails_at_its_start_is_closed_at_once(
     monkeypatch.setattr(ChatStreamEncoder, "start", broken)
     gc.disable()
     try:
-        status, _ = await g.post("openai", stream=True)
+        status, body = await g.post("openai", stream=True)
         assert status == 500
+        assert orjson.loads(body)["error"]["type"] == "server_error"
         (row,) = await g.audit(1)
-        assert row["status"] in ("cancelled", "error")
+        assert row["status"] == "error"
+        assert "the stream failed inside the gateway: a bug" in row["error_message"]
         assert (await g.backends())["one"]["in_flight"] == 0
         assert (await g.get("/v1/usage"))["in_flight"] == 0
     finally:
         gc.enable()
+
+
+async def test_an_encoder_failing_in_mid_stream_is_recorded_as_an_error(
+    watched: tuple[InProcess, Recording], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The gateway's own failure after the response has started: the client's stream breaks off,
+    # and the record says the gateway failed (not that the client left), with what the engine
+    # had produced charged.
+    g, _ = watched
+    encode = ChatStreamEncoder.encode
+
+    def broken(self: ChatStreamEncoder, event: StreamEvent) -> bytes:
+        if isinstance(event, TextDelta):
+            raise RuntimeError("a bug")
+        return encode(self, event)
+
+    monkeypatch.setattr(ChatStreamEncoder, "encode", broken)
+    with contextlib.suppress(Exception):  # the body breaks off
+        r = await g.send("openai", stream=True)
+        await r.read()
+    (row,) = await g.audit(1)
+    assert row["status"] == "error"
+    assert "the stream failed inside the gateway: a bug" in row["error_message"]
+    assert row["output_tokens"] > 0
+    assert await g.period_tokens() == row["input_tokens"] + row["output_tokens"]
+    assert (await g.get("/v1/usage"))["in_flight"] == 0
+    assert (await g.backends())["one"]["in_flight"] == 0

@@ -4,6 +4,7 @@ stream responses. How a route takes a request (context, caller, body) is `http/e
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
@@ -144,7 +145,7 @@ class EventStream(Response):
         # write; so do the ending and the end of the body.
         head = ending = b""
         try:
-            head = encoder.start()
+            head = await _encoded(events, encoder.start)
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             writer = direct_writer(scope)
             push = None if writer is None else _pusher(encoder, writer.write)
@@ -154,7 +155,7 @@ class EventStream(Response):
                     event = await events.asend(sink)
                 except StopAsyncIteration:
                     break
-                out = encoder.encode(event)
+                out = await _encoded(events, encoder.encode, event)
                 if head:
                     out, head = head + out, b""
                 if isinstance(event, Done | StreamFailed):
@@ -171,6 +172,18 @@ class EventStream(Response):
         finally:
             await events.aclose()
         await send({"type": "http.response.body", "body": head + ending, "more_body": False})
+
+
+async def _encoded(events: Events, encode: Callable[..., bytes], *args: StreamEvent) -> bytes:
+    """`encode(*args)`. An encoder that fails is the gateway's fault, not the client's leaving:
+    the failure is thrown into the events where they wait, so that the request is recorded as
+    an error (closing them would record it as cancelled), and then raised here."""
+    try:
+        return encode(*args)
+    except Exception as exc:
+        with contextlib.suppress(Exception):  # what the events raise or yield back
+            await events.athrow(exc)
+        raise
 
 
 def _pusher(encoder: StreamEncoder, write: Callable[[bytes], bool]) -> EventSink:
