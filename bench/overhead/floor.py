@@ -87,23 +87,35 @@ BODY = (
 )
 
 
-async def measure(server: Server, path: str, rate: float, duration: float) -> dict[str, float]:
+async def measure(server: Server, raw: bytes, rate: float, duration: float) -> dict[str, float]:
+    """`raw` (a whole request) sent to `server` open loop at `rate` for `duration` seconds,
+    after a second's warm-up: latency percentiles from the intended send times, errors, and
+    the server's CPU µs per successful request."""
     pool = Pool(HOST, server.port)
-    raw = post(HOST, server.port, path, BODY, {})
-    await open_loop(pool, raw, min(rate, 50), 1.0)  # warm up the connections
-    cpu0 = server.cpu()
-    results, _ = await open_loop(pool, raw, rate, duration)
-    cpu = server.cpu() - cpu0
+    try:
+        await open_loop(pool, raw, min(rate, 50), 1.0)  # warm up the connections
+        await asyncio.sleep(0.3)
+        server.refresh_pids()
+        cpu0 = server.cpu()
+        results, _ = await open_loop(pool, raw, rate, duration)
+        await asyncio.sleep(0.3)  # the last requests' CPU
+        cpu = server.cpu() - cpu0
+    finally:
+        pool.close()
     ok = [r for r in results if r.ok]
     if not ok:
-        raise RuntimeError(f"every request to {server.name} {path} failed; see {server.log}")
+        raise RuntimeError(f"every request to {server.name} failed; see {server.log}")
     lat = [r.latency * 1000 for r in ok]
     return {
         "p50": percentile(lat, 50),
         "p99": percentile(lat, 99),
         "errors": len(results) - len(ok),
-        "cpu_us": cpu / max(1, len(ok)) * 1e6,
+        "cpu_us": cpu / len(ok) * 1e6,
     }
+
+
+def _raw(server: Server, path: str) -> bytes:
+    return post(HOST, server.port, path, BODY, {})
 
 
 async def start_floor(mock_port: int, work: Path) -> Server:
@@ -140,9 +152,9 @@ async def main(rates: list[float], duration: float) -> str:
     rows = []
     try:
         for rate in rates:
-            direct = await measure(mock, "/v1/chat/completions", rate, duration)
+            direct = await measure(mock, _raw(mock, "/v1/chat/completions"), rate, duration)
             for name, path in (("hello", "/hello"), ("relay", "/v1/chat/completions")):
-                got = await measure(floor, path, rate, duration)
+                got = await measure(floor, _raw(floor, path), rate, duration)
                 rows.append(
                     f"| {rate:g} | {name} | {got['p50']:.2f} | {got['p99']:.2f} | "
                     f"{got['p50'] - direct['p50']:.2f} | {got['p99'] - direct['p99']:.2f} | "

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.overhead import run, store_traffic
-from bench.overhead.client import Pool, open_loop, percentile, post
-from bench.overhead.floor import BODY, start_floor
+from bench.overhead.client import post
+from bench.overhead.floor import BODY, measure, start_floor
 from bench.overhead.targets import (
     GATEWAY_CORE,
     HOST,
@@ -139,29 +139,6 @@ async def start_stores_relay(mode: str, mock_port: int, work: Path) -> Server:
     return server
 
 
-async def _measure(server: Server, raw: bytes, rate: float, duration: float) -> dict[str, Any]:
-    pool = Pool(HOST, server.port)
-    try:
-        await open_loop(pool, raw, min(rate, 50), 1.0)  # warm the connections
-        await asyncio.sleep(0.3)
-        server.refresh_pids()
-        cpu0 = server.cpu()
-        results, _ = await open_loop(pool, raw, rate, duration)
-        await asyncio.sleep(0.3)
-        cpu = server.cpu() - cpu0
-    finally:
-        pool.close()
-    ok = [r.latency * 1000 for r in results if r.ok]
-    if not ok:
-        raise RuntimeError(f"every request to {server.name} failed; see {server.log}")
-    return {
-        "p50": percentile(ok, 50),
-        "p99": percentile(ok, 99),
-        "errors": len(results) - len(ok),
-        "cpu_us": cpu / len(ok) * 1e6,
-    }
-
-
 async def main(rate: float, rounds: int, duration: float, gateway: bool) -> str:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {0})
@@ -194,8 +171,8 @@ async def main(rate: float, rounds: int, duration: float, gateway: bool) -> str:
         for round_ in range(1, rounds + 1):
             order = names if round_ % 2 else names[::-1]
             for n in order:
-                direct = await _measure(mock, direct_raw, rate, duration / 2)
-                point = await _measure(by_name[n], raws[n], rate, duration)
+                direct = await measure(mock, direct_raw, rate, duration / 2)
+                point = await measure(by_name[n], raws[n], rate, duration)
                 point["added_p50"] = point["p50"] - direct["p50"]
                 point["added_p99"] = point["p99"] - direct["p99"]
                 got[n].append(point)

@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from mindrouter.canonical import StreamEvent, TextDelta
+from mindrouter.dialects import anthropic
 from mindrouter.dialects.openai.stream import ChatStreamEncoder
 from mindrouter.pipeline import flight
 from mindrouter.stores.audit_records import AuditStart
@@ -201,4 +202,23 @@ async def test_an_encoder_failing_in_mid_stream_is_recorded_as_an_error(
     assert row["output_tokens"] > 0
     assert await g.period_tokens() == row["input_tokens"] + row["output_tokens"]
     assert (await g.get("/v1/usage"))["in_flight"] == 0
+    assert (await g.backends())["one"]["in_flight"] == 0
+
+
+async def test_a_stream_encoder_that_cannot_be_built_is_recorded_as_an_error(
+    watched: tuple[InProcess, Recording], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Anthropic's encoder is built once the stream is open (it needs the flight's estimate).
+    g, _ = watched
+
+    def broken(self: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(anthropic.MessagesStreamEncoder, "__init__", broken)
+    status, body = await g.post("anthropic", stream=True)
+    assert status == 500
+    assert orjson.loads(body)["error"]["type"] == "api_error"
+    (row,) = await g.audit(1)
+    assert row["status"] == "error"
+    assert "the stream failed inside the gateway: a bug" in row["error_message"]
     assert (await g.backends())["one"]["in_flight"] == 0

@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from mindrouter.dialects import anthropic as dialect
 from mindrouter.dialects.anthropic.fields import Dropped
-from mindrouter.http.common import json_response, stream_response
+from mindrouter.http.common import failed_inside, json_response, stream_response
 from mindrouter.http.entry import Endpoint, Entry
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
@@ -68,6 +68,9 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
                     signing_key=key,
                     return_reasoning=req.reasoning.return_reasoning,
                 )
+            except Exception as exc:
+                await failed_inside(events, exc)
+                raise
             except BaseException:
                 await events.aclose()
                 raise

@@ -175,15 +175,22 @@ class EventStream(Response):
 
 
 async def _encoded(events: Events, encode: Callable[..., bytes], *args: StreamEvent) -> bytes:
-    """`encode(*args)`. An encoder that fails is the gateway's fault, not the client's leaving:
-    the failure is thrown into the events where they wait, so that the request is recorded as
-    an error (closing them would record it as cancelled), and then raised here."""
+    """`encode(*args)`; an encoder that fails closes the events as `failed_inside` says."""
     try:
         return encode(*args)
     except Exception as exc:
-        with contextlib.suppress(Exception):  # what the events raise or yield back
-            await events.athrow(exc)
+        await failed_inside(events, exc)
         raise
+
+
+async def failed_inside(events: Events, exc: Exception) -> None:
+    """Closes the pipeline's `events` after the gateway's own code failed with `exc` while they
+    waited (an encoder, say). The failure is thrown into them first, so that the request is
+    recorded as an error: only closing them would record it as cancelled, as if the client
+    had left."""
+    with contextlib.suppress(Exception):  # what the events raise or yield back
+        await events.athrow(exc)
+    await events.aclose()
 
 
 def _pusher(encoder: StreamEncoder, write: Callable[[bytes], bool]) -> EventSink:
