@@ -32,7 +32,7 @@ ADMIT = (
 SETTLE = b"redis.call('DECR', KEYS[1]) return redis.call('INCRBY', KEYS[2], ARGV[1])"
 TABLE = """
 CREATE TABLE records (
-    id bigserial PRIMARY KEY, request_id text NOT NULL, user_id integer NOT NULL,
+    request_id text PRIMARY KEY, user_id integer NOT NULL,
     key_id integer NOT NULL, model text NOT NULL, backend text NOT NULL, dialect text NOT NULL,
     status text NOT NULL, prompt_tokens integer NOT NULL, completion_tokens integer,
     started_at timestamptz NOT NULL DEFAULT now(), finished_at timestamptz
@@ -41,11 +41,11 @@ CREATE TABLE records (
 BEGIN = (
     "INSERT INTO records (request_id, user_id, key_id, model, backend, dialect, status, "
     "prompt_tokens) SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], "
-    "$5::text[], $6::text[], $7::text[], $8::int[]) RETURNING id"
+    "$5::text[], $6::text[], $7::text[], $8::int[])"
 )
 OUTCOME = (
     "UPDATE records AS r SET status = 'ok', completion_tokens = o.tokens, finished_at = now() "
-    "FROM unnest($1::bigint[], $2::int[]) AS o(id, tokens) WHERE r.id = o.id"
+    "FROM unnest($1::text[], $2::int[]) AS o(id, tokens) WHERE r.request_id = o.id"
 )
 
 
@@ -79,7 +79,10 @@ class Pipe(asyncio.Protocol):
                 del self.waiting[: self.head]
                 self.head = 0
             if fut is not None and not fut.done():
-                fut.set_result(reply)
+                if isinstance(reply, hiredis.ReplyError):
+                    fut.set_exception(reply)
+                else:
+                    fut.set_result(reply)
 
     def send(self, command: bytes) -> asyncio.Future[Any]:
         assert self.transport is not None
@@ -112,9 +115,9 @@ class Stores:
         if os.environ["FLOOR_AUDIT"] == "fast":
             for conn in (self.begin_conn, self.outcome_conn):
                 await conn.execute("SET synchronous_commit = off")
-        self.begins: list[tuple[str, str, asyncio.Future[int]]] = []
+        self.begins: list[tuple[str, str, asyncio.Future[None]]] = []
         self.wake = asyncio.Event()
-        self.outcomes: tuple[list[int], list[int]] = ([], [])
+        self.outcomes: tuple[list[str], list[int]] = ([], [])
         self.tasks = [
             loop.create_task(self._write_begins()),
             loop.create_task(self._write_outcomes()),
@@ -123,13 +126,16 @@ class Stores:
     async def admit(self) -> None:
         await self.pipe.send(self.admit_command)
 
-    async def begin(self, model: str) -> int:
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.begins.append((uuid4().hex, model, fut))
+    async def begin(self, model: str) -> str:
+        """The record's key (made here, as the gateway makes its request ids), once committed."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        key = uuid4().hex
+        self.begins.append((key, model, fut))
         self.wake.set()
-        return await fut
+        await fut
+        return key
 
-    def end(self, record: int, tokens: int) -> None:
+    def end(self, record: str, tokens: int) -> None:
         """The settlement, written at once, and the outcome, gathered."""
         self.pipe.send_unanswered(resp(*self.settle_head, b"%d" % tokens))
         self.outcomes[0].append(record)
@@ -141,12 +147,17 @@ class Stores:
             self.wake.clear()
             batch, self.begins = self.begins, []
             n = len(batch)
-            rows = await self.begin_conn.fetch(
-                BEGIN, [b[0] for b in batch], [1] * n, [1] * n, [b[1] for b in batch],
-                ["mock"] * n, ["openai"] * n, ["pending"] * n, [16] * n,
-            )  # fmt: skip
-            for (_, _, fut), row in zip(batch, rows, strict=True):
-                fut.set_result(row[0])
+            try:
+                await self.begin_conn.execute(
+                    BEGIN, [b[0] for b in batch], [1] * n, [1] * n, [b[1] for b in batch],
+                    ["mock"] * n, ["openai"] * n, ["pending"] * n, [16] * n,
+                )  # fmt: skip
+            except Exception as exc:  # each waiting request fails, the writer goes on
+                for _, _, fut in batch:
+                    fut.set_exception(exc)
+                continue
+            for _, _, fut in batch:
+                fut.set_result(None)
 
     async def _write_outcomes(self) -> None:
         while True:

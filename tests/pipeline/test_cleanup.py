@@ -172,6 +172,9 @@ async def test_a_stream_whose_response_fails_at_its_start_is_closed_at_once(
         (row,) = await g.audit(1)
         assert row["status"] == "error"
         assert "the stream failed inside the gateway: a bug" in row["error_message"]
+        # The engine had answered: its first event is charged, with the prompt.
+        assert row["input_tokens"] > 0 and row["output_tokens"] > 0
+        assert await g.period_tokens() == row["input_tokens"] + row["output_tokens"]
         assert (await g.backends())["one"]["in_flight"] == 0
         assert (await g.get("/v1/usage"))["in_flight"] == 0
     finally:

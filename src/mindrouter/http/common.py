@@ -145,7 +145,11 @@ class EventStream(Response):
         # write; so do the ending and the end of the body.
         head = ending = b""
         try:
-            head = await _encoded(events, encoder.start)
+            try:
+                head = encoder.start()
+            except Exception as exc:
+                await failed_inside(events, exc)
+                raise
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             writer = direct_writer(scope)
             push = None if writer is None else _pusher(encoder, writer.write)
@@ -155,7 +159,11 @@ class EventStream(Response):
                     event = await events.asend(sink)
                 except StopAsyncIteration:
                     break
-                out = await _encoded(events, encoder.encode, event)
+                try:
+                    out = encoder.encode(event)
+                except Exception as exc:
+                    await failed_inside(events, exc)
+                    raise
                 if head:
                     out, head = head + out, b""
                 if isinstance(event, Done | StreamFailed):
@@ -174,20 +182,11 @@ class EventStream(Response):
         await send({"type": "http.response.body", "body": head + ending, "more_body": False})
 
 
-async def _encoded(events: Events, encode: Callable[..., bytes], *args: StreamEvent) -> bytes:
-    """`encode(*args)`; an encoder that fails closes the events as `failed_inside` says."""
-    try:
-        return encode(*args)
-    except Exception as exc:
-        await failed_inside(events, exc)
-        raise
-
-
 async def failed_inside(events: Events, exc: Exception) -> None:
     """Closes the pipeline's `events` after the gateway's own code failed with `exc` while they
-    waited (an encoder, say). The failure is thrown into them first, so that the request is
-    recorded as an error: only closing them would record it as cancelled, as if the client
-    had left."""
+    waited (an encoder that the response called, say). The failure is thrown into them first,
+    so that the request is recorded as an error: only closing them would record it as
+    cancelled, as if the client had left."""
     with contextlib.suppress(Exception):  # what the events raise or yield back
         await events.athrow(exc)
     await events.aclose()

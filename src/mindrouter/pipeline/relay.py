@@ -153,9 +153,10 @@ async def stream(
         event, events = await dispatch.run(flight, req, first_of(s, flight, opener))
         push: EventSink | None = None  # the client's sink, behind the flight's tally
         try:
+            # Tallied before the opener has it: the response may fail before it asks for more.
+            flight.see((event,))
             yield event
             while True:
-                flight.see((event,))
                 if isinstance(event, Done):  # the engine's last event: its stream ends next
                     flight.end("ok")
                     _observe_speed(s, flight)
@@ -173,6 +174,7 @@ async def stream(
                     event = await events.asend(push)
                 except StopAsyncIteration:
                     break
+                flight.see((event,))
         except MindRouterError as exc:
             flight.end("error", exc)
             if isinstance(exc, UpstreamError) and flight.backend is not None:
