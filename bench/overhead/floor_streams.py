@@ -8,16 +8,17 @@ Runs, pinned like the gateways of the main benchmark (relay on core 1, client an
 the mock on a kept-alive connection (a pool, as the gateway keeps), and every body chunk the
 mock sends is handled inside that connection's data callback and written to the client at
 once, with no task or coroutine woken per chunk.
-Three modes: `passthrough` writes the engine's bytes as they come; `decode` also splits them into
+Three relays: `passthrough` writes the engine's bytes as they come; `decode` also splits them into
 server-sent events, parses each event's JSON, counts its content and writes it re-encoded (what
 a relay must do at the least to account for tokens and rename the stream); `stores` is `decode`
 with the least store traffic a governed stream makes (`bench.overhead.store_traffic`: a Redis
 admission and an audit row committed before the engine is called, the settlement and the
 outcome at the end; audit `durable`, a fresh PostgreSQL database and Redis key prefix, removed
 afterwards). No authentication, scheduling or failover; `passthrough` and `decode` make no
-store traffic either. `--modes` picks them (default `passthrough,decode`). The same streams as
-the main benchmark's streams sweep (64 chunks 10 ms apart after 20 ms), closed loop, against the
-direct client → mock path.
+store traffic either. `--modes` picks them (default `passthrough,decode`); `gateway` adds the
+governed gateway itself (PostgreSQL and Redis, audit `durable`), measured the same way. The
+same streams as the main benchmark's streams sweep (64 chunks 10 ms apart after 20 ms), closed
+loop, against the direct client → mock path.
 
 Nothing fails on a threshold; it prints a Markdown table and writes
 bench/results/overhead-floor-streams.md. Read the main benchmark's CPU per chunk against it:
@@ -196,7 +197,8 @@ async def _measure(
     """The streams' figures, and the relay's CPU µs per chunk over the measured window (not
     the warm-up)."""
     pool = Pool(targets.HOST, port)
-    raw = post(targets.HOST, port, "/v1/chat/completions", chat_body(stream=True), {})
+    headers = relay.headers if relay is not None else {}
+    raw = post(targets.HOST, port, "/v1/chat/completions", chat_body(stream=True), headers)
     try:
         await closed_loop(pool, raw, streams, 2.0, stream=True, timeout=60)  # warm-up
         cpu0 = relay.cpu() if relay is not None else 0.0
@@ -209,6 +211,16 @@ async def _measure(
         None if cpu is None else cpu / max(stats["chunks_received"], 1) * 1e6
     )
     return stats
+
+
+async def _gateway(streams: int, duration: float, mock_port: int, workdir: Path) -> dict[str, Any]:
+    """The governed gateway (PostgreSQL and Redis, audit `durable`) started, measured at
+    `streams` the same way as the relays, and stopped."""
+    gw = await targets.start_mindrouter("governed", mock_port, workdir)
+    try:
+        return await _measure(gw.port, streams, duration, gw)
+    finally:
+        await gw.stop()
 
 
 async def _relay(
@@ -251,7 +263,10 @@ async def main(levels: list[int], duration: float, modes: list[str]) -> int:
         for streams in levels:
             rows.append(("direct", streams, await _measure(mock.port, streams, duration)))
             for mode in modes:
-                stats = await _relay(mode, streams, duration, mock.port, workdir)
+                if mode == "gateway":
+                    stats = await _gateway(streams, duration, mock.port, workdir)
+                else:
+                    stats = await _relay(mode, streams, duration, mock.port, workdir)
                 rows.append((mode, streams, stats))
                 print(f"  {mode} {streams} streams: {stats['cpu_us_per_chunk']:.1f} µs per chunk")
     finally:
@@ -295,7 +310,9 @@ def cli() -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measurement")
     parser.add_argument("--serve", nargs=2, type=int, metavar=("PORT", "ENGINE_PORT"))
     parser.add_argument(
-        "--modes", default="passthrough,decode", help="relays: passthrough, decode, stores"
+        "--modes",
+        default="passthrough,decode",
+        help="relays: passthrough, decode, stores, gateway",
     )
     parser.add_argument("--decode", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--stores", action="store_true", help=argparse.SUPPRESS)
@@ -304,7 +321,7 @@ def cli() -> int:
         uvloop.run(serve(ns.serve[0], ns.serve[1], ns.decode, ns.stores))
         return 0
     modes = ns.modes.split(",")
-    if unknown := set(modes) - {"passthrough", "decode", "stores"}:
+    if unknown := set(modes) - {"passthrough", "decode", "stores", "gateway"}:
         parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
     return asyncio.run(main([int(x) for x in ns.streams.split(",")], ns.duration, modes))
 
