@@ -15,6 +15,7 @@ import pytest
 from mindrouter.canonical import StreamEvent, TextDelta
 from mindrouter.dialects import anthropic
 from mindrouter.dialects.openai.stream import ChatStreamEncoder
+from mindrouter.errors import UpstreamUnavailable
 from mindrouter.pipeline import flight
 from mindrouter.stores.audit_records import AuditStart
 from tests.pipeline.conftest import Factory
@@ -225,3 +226,24 @@ async def test_a_stream_encoder_that_cannot_be_built_is_recorded_as_an_error(
     assert row["status"] == "error"
     assert "the stream failed inside the gateway: a bug" in row["error_message"]
     assert (await g.backends())["one"]["in_flight"] == 0
+
+
+async def test_a_gateway_error_raised_by_an_encoder_is_not_the_backends(
+    watched: tuple[InProcess, Recording], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An encoder bug that happens to raise one of the gateway's error classes (an upstream
+    # one, here) is still the gateway's failure: recorded as such, not counted against the
+    # backend's breaker.
+    g, _ = watched
+
+    def broken(self: object) -> bytes:
+        raise UpstreamUnavailable("a bug that looks like the engine's", "one")
+
+    monkeypatch.setattr(ChatStreamEncoder, "start", broken)
+    for _ in range(3):  # the breaker's threshold
+        status, _body = await g.post("openai", stream=True)
+        assert status == 500
+    rows = await g.audit(3)
+    assert {row["status"] for row in rows} == {"error"}
+    assert all("the stream failed inside the gateway" in r["error_message"] for r in rows)
+    assert (await g.breaker("one"))["consecutive_failures"] == 0

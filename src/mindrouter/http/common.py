@@ -16,6 +16,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from mindrouter.canonical import Done, Events, EventSink, StreamEvent, StreamFailed
+from mindrouter.errors import InternalError, MindRouterError
 from mindrouter.http.connections import direct_writer
 from mindrouter.http.disconnect import SERVER_SEND
 from mindrouter.pipeline.context import Dialect, RequestContext, new_request_id
@@ -187,6 +188,10 @@ async def failed_inside(events: Events, exc: Exception) -> None:
     waited (an encoder that the response called, say). The failure is thrown into them first,
     so that the request is recorded as an error: only closing them would record it as
     cancelled, as if the client had left."""
+    if isinstance(exc, MindRouterError):
+        # The pipeline takes one of its own errors for the engine's (a failing backend would
+        # count it): the gateway's is thrown as what it is.
+        exc = InternalError(f"the stream failed inside the gateway: {exc}")
     with contextlib.suppress(Exception):  # what the events raise or yield back
         await events.athrow(exc)
     await events.aclose()
