@@ -38,6 +38,12 @@ _SQLALCHEMY_AUDIT = _PATCH_STORES.format(
 # Every audit outcome written as soon as nothing else is queued, not gathered for 50 ms.
 _EAGER_COMPLETE = _PATCH_STORES.format(body="    stores.audit.complete_delay = 0.0")
 
+# The audit outcomes written by the begins' task, between begins, on their connection (as before
+# they had a connection and a task of their own): a begin then waits behind an outcome batch.
+_OUTCOMES_INLINE = _PATCH_STORES.format(
+    body="    stores.audit._own_outcomes = False\n    stores.audit.outcomes_pg = stores.audit.pg"
+)
+
 # The request waits for its clean-up (slot, audit outcome queued, limits settled in Redis, metrics)
 # before its response goes out; here the clean-up runs on after the response.
 _CLOSE_BEHIND = """
@@ -156,6 +162,7 @@ VARIANTS: dict[str, str] = {
     "cycles": CYCLES,
     "timers": TIMERS,
     "head-with-body": _HEAD_WITH_BODY,
+    "outcomes-inline": _OUTCOMES_INLINE,
 }
 
 

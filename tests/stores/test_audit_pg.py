@@ -173,3 +173,40 @@ async def test_a_statement_that_does_not_finish_in_time_fails_and_the_next_one_w
         assert await stores.audit_log.get(stuck["uuid"]) is not None
     finally:
         await stores.aclose()
+
+
+async def test_a_begin_does_not_wait_behind_an_outcome_batch(
+    session_databases: SessionDatabases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outcomes have a connection and a task of their own: while a batch of them is on its
+    way, the next request's record is still committed at once."""
+    url = session_databases.url("postgresql")
+    stores = open_stores(url, hasher=FAST_HASHER)
+    writer = stores.audit
+    assert writer.outcomes_pg is not writer.pg
+    held = asyncio.Event()
+    reached = asyncio.Event()
+    complete = writer.outcomes_pg.complete  # type: ignore[union-attr]
+
+    async def slow(rows: list[dict[str, object]]) -> None:
+        reached.set()
+        await held.wait()
+        await complete(rows)
+
+    monkeypatch.setattr(writer.outcomes_pg, "complete", slow)
+    try:
+        first = start(unique("first"))
+        await writer.begin(first)
+        writer.complete(first.uuid, AuditOutcome(status="ok", input_tokens=3, output_tokens=4))
+        await asyncio.wait_for(reached.wait(), 5)  # the outcome batch is under way, and held
+        second = start(unique("second"))
+        await asyncio.wait_for(writer.begin(second), 5)
+        assert (await stores.audit_log.get(second.uuid)) is not None
+        assert not await writer.written(0.05)
+        held.set()
+        assert await writer.written(5)
+        row = await stores.audit_log.get(first.uuid)
+        assert row is not None and (row.status, row.output_tokens) == ("ok", 4)
+    finally:
+        held.set()
+        await stores.aclose()

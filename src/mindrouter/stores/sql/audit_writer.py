@@ -6,21 +6,20 @@ would make every request pay a full transaction (an fsync on SQLite); instead, r
 arrive while a commit is in flight wait for the next one, so a burst of N requests costs a few
 transactions, not N. No transaction is held open while requests run.
 
-`complete(uuid, outcome)` only queues; completions are written in batches by the same single
-drain task, always after the begins queued before them (a completion can never overtake the
-insert it updates). A completion batch charges the records' tokens to their users' usage in the
-same transaction (`audit_close.py`), so what a finished request used is in the database as soon
-as its record is closed, and a record a sweeper closed first is neither overwritten nor charged
-again. Nobody waits for a completion, so they are gathered for up to
-`complete_delay` (50 ms) after the oldest was queued, or until `max_batch` are queued, and go as
-one transaction; a begin never waits for that pause. `written(seconds)` waits until the
+`complete(uuid, outcome)` only queues; completions are written in batches, one at a time,
+always after the begins queued before them (a completion never overtakes the insert it
+updates); on PostgreSQL on a connection and in a task of their own, so that no begin waits
+behind a batch's round trip (docs/benchmarks.md, "The stores floor"). A batch charges the
+records' tokens to their users' usage in the same transaction (`audit_close.py`), and a record a
+sweeper closed first is neither overwritten nor charged again. Nobody waits for a completion,
+so they are gathered for up to `complete_delay` (50 ms) after the oldest was queued, or until
+`max_batch` are queued; a begin never waits for that pause. `written(seconds)` waits until the
 outcomes queued so far are in the database (a reload of usage reads them there), without the
 pause. `flush()` and `close()` write everything queued at once; `flush_final()`, at shutdown,
 does too without waiting for a database that is out of reach.
 
-A connection the database dropped (a restart, an idle timeout) fails the first statement sent
-on it; the batch is then tried once more on a fresh connection, so the pool needs no ping
-before every checkout (a BEGIN/ROLLBACK round trip pair per batch on asyncpg).
+A connection the database dropped fails the first statement sent on it; the batch is then
+tried once more on a fresh connection, so the pool needs no ping before every checkout.
 """
 
 from __future__ import annotations
@@ -88,10 +87,12 @@ class AuditWriter:
     ) -> None:
         self.engine = engine
         # PostgreSQL: the statements go straight to asyncpg, the outcomes over `outcomes_pg`
-        # (`pg` itself unless begins are committed fast: outcomes carry the usage charges,
-        # which keep the server's durability).
+        # (a connection of their own, with the server's durability however begins are
+        # committed: outcomes carry the usage charges), in a task of their own.
         self.pg = pg
         self.outcomes_pg = outcomes_pg or pg
+        self._own_outcomes = pg is not None and self.outcomes_pg is not pg
+        self._writing: asyncio.Task[None] | None = None  # that task's batch under way
         self.max_batch = max_batch
         self.complete_delay = complete_delay
         self.stats = WriterStats()
@@ -109,6 +110,7 @@ class AuditWriter:
         self._pause_due = 0.0  # when the pause under way ends, unless woken before
         self._alarm = Alarm()
         self._urgent = False  # flush() or close() is waiting: no pause for completions
+        self._retry: asyncio.Future[None] | None = None  # an outcome task's back-off
         self._drain: asyncio.Task[None] | None = None
         self._closed = False
         self._stopping = False  # flush_final(): the process stops, no waiting for the database
@@ -141,7 +143,7 @@ class AuditWriter:
     async def flush(self) -> None:
         """Waits until everything queued so far has been written (or given up on)."""
         self._urgent = True
-        self._wake()
+        self._hurry()
         try:
             while self._drain is not None and not self._drain.done():
                 await asyncio.shield(self._drain)
@@ -156,7 +158,7 @@ class AuditWriter:
             return True
         barrier = (target, asyncio.get_running_loop().create_future())
         self._barriers.append(barrier)
-        self._wake()  # no gathering pause while someone waits
+        self._hurry()  # no gathering pause, nor back-off, while someone waits
         try:
             await pause(barrier[1], seconds)
         finally:
@@ -199,6 +201,13 @@ class AuditWriter:
         if self._waiter is not None:
             release(self._waiter)
 
+    def _hurry(self) -> None:
+        """Someone waits for the outcomes: the drain task's pause and an outcome task's back-off
+        end now (a begin only ends the first)."""
+        self._wake()
+        if self._retry is not None:
+            release(self._retry)
+
     async def _pause_until(self, due: float) -> None:
         """Waits until the loop's time is `due`, or less if woken (a pause ends at nearly every
         begin), and not at all with begins queued (they may have come while a write was
@@ -225,16 +234,22 @@ class AuditWriter:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            while self._begins or self._completions:
+            while self._begins or self._completions or self._writing is not None:
                 if self._begins:
                     await self._write_begins()
+                    continue
+                if self._writing is not None:
+                    await self._while_writing(self._writing)
                     continue
                 due = self._oldest_completion + self.complete_delay
                 hurry = self._urgent or self._barriers
                 if not hurry and len(self._completions) < self.max_batch and due > loop.time():
                     await self._pause_until(due)
                     continue
-                await self._write_completions()
+                if self._own_outcomes:
+                    self._writing = loop.create_task(self._write_completions())
+                else:
+                    await self._write_completions()
                 self._oldest_completion = loop.time()
             if self._closed:
                 await self._close_pg()  # outcomes queued after close() reopened it
@@ -247,6 +262,21 @@ class AuditWriter:
                 log.error("the audit writer failed", exc_info=exc)
                 return
             raise
+
+    async def _while_writing(self, task: asyncio.Task[None]) -> None:
+        """Waits for the outcome batch under way in its own task, or less if a begin comes."""
+        if not task.done():
+            self._waiter = asyncio.get_running_loop().create_future()
+            task.add_done_callback(lambda _: self._wake())
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+            if not task.done():
+                return
+        self._writing = None
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("the audit writer failed", exc_info=exc)
 
     async def _write_begins(self) -> None:
         batch, self._begins = self._begins[: self.max_batch], self._begins[self.max_batch :]
@@ -357,7 +387,13 @@ class AuditWriter:
             self._completions[:0] = batch
             # Back off, but a begin arriving meanwhile is written at once.
             backoff = min(0.1 * 2 ** min(self._complete_failures, 6), MAX_RETRY_PAUSE)
-            await self._pause_until(asyncio.get_running_loop().time() + backoff)
+            if self._own_outcomes:  # the begins go on meanwhile; a flush ends the back-off
+                hurry = self._urgent or self._barriers
+                self._retry = asyncio.get_running_loop().create_future()
+                await pause(self._retry, 0.0 if hurry else backoff)
+                self._retry = None
+            else:
+                await self._pause_until(asyncio.get_running_loop().time() + backoff)
             return
         self._complete_failures = 0
         self.stats.complete_batches += 1

@@ -97,10 +97,11 @@ def open_stores(
 ) -> SqlStores:
     """Stores over a new engine for `url`; nothing connects until first use.
 
-    The audit writer is the one store on every request's path. On PostgreSQL it writes through a
-    connection of its own straight on asyncpg (`audit_pg.py`); on MariaDB through a small pool of
-    its own without the ping before each checkout (it retries a batch on a dropped connection
-    instead); SQLite has a single writer anyway, so there everything shares one engine.
+    The audit writer is the one store on every request's path. On PostgreSQL it writes through
+    two connections of its own (begins, outcomes) straight on asyncpg (`audit_pg.py`); on
+    MariaDB through a small pool of its own without the ping before each checkout (it retries a
+    batch on a dropped connection instead); SQLite has a single writer anyway, so there
+    everything shares one engine.
 
     `audit_commit="fast"`: the audit commits are not flushed to disk before they return
     (PostgreSQL: `synchronous_commit = off` on the audit connection; SQLite: `synchronous =
@@ -117,7 +118,9 @@ def open_stores(
     polls = create_engine(url, pool=POLL_POOL, echo=echo, pre_ping=False, autocommit=True)
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "asyncpg":
         audit_pg = PgAuditConnection(url, fast_commit=fast)
-        outcomes_pg = PgAuditConnection(url) if fast else audit_pg
+        # The outcomes on a connection of their own, with the server's durability (they carry
+        # the usage charges): a begin never waits behind an outcome batch (audit_writer.py).
+        outcomes_pg = PgAuditConnection(url)
         return SqlStores.over(
             engine, hasher=hasher, audit_pg=audit_pg, outcomes_pg=outcomes_pg, poll_engine=polls
         )
