@@ -243,19 +243,31 @@ class CountingUpdates(AuditWriter):
         await super()._update(batch)
 
 
-async def test_outcomes_wait_for_an_unreachable_database_except_at_shutdown() -> None:
-    """A flush waits for the database to come back (the outcomes carry the usage charge); the
-    flush of a stopping process gives them up after a few tries, so the process does stop."""
+@pytest.mark.parametrize("outcomes", ["drain task", "own task and connection"])
+async def test_outcomes_wait_for_an_unreachable_database_except_at_shutdown(
+    outcomes: str,
+) -> None:
+    """A flush waits for the database to come back (the outcomes carry the usage charge),
+    backing off between tries; the flush of a stopping process gives them up after a few
+    tries, so the process does stop."""
+    from mindrouter.stores.sql.audit_pg import PgAuditConnection
     from mindrouter.stores.sql.audit_writer import COMPLETE_RETRIES
     from mindrouter.stores.sql.engine import create_engine
 
-    engine = create_engine("postgresql+asyncpg://postgres@127.0.0.1:1/none")
-    writer = CountingUpdates(engine)
+    url = "postgresql+asyncpg://postgres@127.0.0.1:1/none"
+    engine = create_engine(url)
+    if outcomes == "drain task":
+        writer = CountingUpdates(engine)
+    else:
+        writer = CountingUpdates(
+            engine, pg=PgAuditConnection(url), outcomes_pg=PgAuditConnection(url)
+        )
     try:
         writer.complete(unique("r"), AuditOutcome(status="ok", input_tokens=1, output_tokens=1))
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(writer.flush(), 1.0)
-        assert writer.attempts >= 1
+        # Backing off from 0.2 s: a few tries in that second, not a loop of reconnections.
+        assert 1 <= writer.attempts <= 5
         assert not await writer.written(0.2), "a bounded wait says the charge is not written"
         await writer.flush_final()  # returns: a hang here is the test's timeout
     finally:

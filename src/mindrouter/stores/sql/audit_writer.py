@@ -387,10 +387,9 @@ class AuditWriter:
             self._completions[:0] = batch
             # Back off, but a begin arriving meanwhile is written at once.
             backoff = min(0.1 * 2 ** min(self._complete_failures, 6), MAX_RETRY_PAUSE)
-            if self._own_outcomes:  # the begins go on meanwhile; a flush ends the back-off
-                hurry = self._urgent or self._barriers
+            if self._own_outcomes:  # the begins go on meanwhile; a flush cuts this one short
                 self._retry = asyncio.get_running_loop().create_future()
-                await pause(self._retry, 0.0 if hurry else backoff)
+                await pause(self._retry, backoff)
                 self._retry = None
             else:
                 await self._pause_until(asyncio.get_running_loop().time() + backoff)
