@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 from bench.harness import FAST_HASHER
 
-from mindrouter.stores.audit_records import AuditOutcome
+from mindrouter.stores.audit_records import AuditOutcome, AuditStart
 from mindrouter.stores.sql import audit_pg, open_stores
 from mindrouter.stores.sql.audit_pg import (
     AuditConnectionLost,
@@ -209,4 +209,35 @@ async def test_a_begin_does_not_wait_behind_an_outcome_batch(
         assert row is not None and (row.status, row.output_tokens) == ("ok", 4)
     finally:
         held.set()
+        await stores.aclose()
+
+
+async def test_an_outcome_queued_with_its_begin_is_never_written_before_it(
+    session_databases: SessionDatabases,
+) -> None:
+    """A caller that queues a record's outcome right after its start, without waiting for the
+    commit, while an outcome batch is being started: the outcome still follows the insert."""
+    stores = open_stores(session_databases.url("postgresql"), hasher=FAST_HASHER)
+    writer = stores.audit
+    loop = asyncio.get_running_loop()
+    ok = AuditOutcome(status="ok", input_tokens=1, output_tokens=1)
+    try:
+        for i in range(5):
+            earlier = start(unique("earlier"))
+            await writer.begin(earlier)
+            writer.complete(earlier.uuid, ok)
+            late = start(unique("late"))
+
+            def begin_and_complete(record: AuditStart = late) -> None:
+                writer.begin(record)
+                writer.complete(record.uuid, ok)
+
+            waiting = asyncio.ensure_future(writer.written(5))
+            await asyncio.sleep(0)  # the writer is woken to write the outcome batch now...
+            loop.call_soon(begin_and_complete)  # ...and this runs just after it started
+            assert await waiting
+            await writer.flush()
+            row = await stores.audit_log.get(late.uuid)
+            assert row is not None and row.status == "ok", (i, row)
+    finally:
         await stores.aclose()

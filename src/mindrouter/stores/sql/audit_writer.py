@@ -15,8 +15,7 @@ sweeper closed first is neither overwritten nor charged again. Nobody waits for 
 so they are gathered for up to `complete_delay` (50 ms) after the oldest was queued, or until
 `max_batch` are queued; a begin never waits for that pause. `written(seconds)` waits until the
 outcomes queued so far are in the database (a reload of usage reads them there), without the
-pause. `flush()` and `close()` write everything queued at once; `flush_final()`, at shutdown,
-does too without waiting for a database that is out of reach.
+pause. `flush()` and `close()` write everything queued at once.
 
 A connection the database dropped fails the first statement sent on it; the batch is then
 tried once more on a fresh connection, so the pool needs no ping before every checkout.
@@ -30,8 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import insert
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as SqlTimeoutError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from mindrouter.errors import InternalError
@@ -41,7 +39,7 @@ from mindrouter.stores.sql.audit_close import close_records
 from mindrouter.stores.sql.audit_pg import AuditRowsRejected, PgAuditConnection
 from mindrouter.stores.sql.audit_values import outcome_values, start_values
 from mindrouter.stores.sql.schema import audit_records
-from mindrouter.stores.sql.transactions import DATABASE_ERRORS
+from mindrouter.stores.sql.transactions import DATABASE_ERRORS, unreachable
 from mindrouter.tasks import Alarm, pause, release
 
 MAX_BATCH = 500
@@ -67,14 +65,6 @@ class WriterStats:
     completed: int = 0
 
 
-def _unreachable(exc: BaseException | None) -> bool:
-    """A failure of the connection rather than of the rows: retrying row by row would only
-    repeat it once per row."""
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, OSError | OperationalError | InterfaceError | SqlTimeoutError)
-
-
 class AuditWriter:
     def __init__(
         self,
@@ -86,13 +76,12 @@ class AuditWriter:
         outcomes_pg: PgAuditConnection | None = None,
     ) -> None:
         self.engine = engine
-        # PostgreSQL: the statements go straight to asyncpg, the outcomes over `outcomes_pg`
-        # (a connection of their own, with the server's durability however begins are
-        # committed: outcomes carry the usage charges), in a task of their own.
+        # PostgreSQL: straight on asyncpg; the outcomes on a connection of their own (with the
+        # server's durability: they carry the usage charges), each batch in a task of its own.
         self.pg = pg
         self.outcomes_pg = outcomes_pg or pg
         self._own_outcomes = pg is not None and self.outcomes_pg is not pg
-        self._writing: asyncio.Task[None] | None = None  # that task's batch under way
+        self._writing: asyncio.Task[None] | None = None
         self.max_batch = max_batch
         self.complete_delay = complete_delay
         self.stats = WriterStats()
@@ -105,8 +94,7 @@ class AuditWriter:
         self._queued = 0
         self._settled = 0
         self._barriers: list[tuple[int, asyncio.Future[None]]] = []
-        # What the drain task waits on while it pauses; a begin or a flush resolves it.
-        self._waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None  # the drain's pause; a begin ends it
         self._pause_due = 0.0  # when the pause under way ends, unless woken before
         self._alarm = Alarm()
         self._urgent = False  # flush() or close() is waiting: no pause for completions
@@ -145,8 +133,11 @@ class AuditWriter:
         self._urgent = True
         self._hurry()
         try:
-            while self._drain is not None and not self._drain.done():
-                await asyncio.shield(self._drain)
+            # The drain task, then an outcome batch's task that outlived it (it failed).
+            while task := next(
+                (t for t in (self._drain, self._writing) if t is not None and not t.done()), None
+            ):
+                await asyncio.shield(task)
         finally:
             self._urgent = False
 
@@ -172,10 +163,8 @@ class AuditWriter:
                 release(waiter)
 
     async def flush_final(self) -> None:
-        """flush() as the process stops: outcomes the database cannot take now are given up
-        after a few tries, as at close(), instead of waiting for it to come back (which would
-        keep the process from ever stopping); their records stay `pending` for a sweeper.
-        Begins are still taken, for requests still running."""
+        """flush() as the process stops: outcomes the database cannot take are given up after a
+        few tries (their records stay `pending` for a sweeper); begins are still taken."""
         self._stopping = True
         await self.flush()
 
@@ -209,10 +198,9 @@ class AuditWriter:
             release(self._retry)
 
     async def _pause_until(self, due: float) -> None:
-        """Waits until the loop's time is `due`, or less if woken (a pause ends at nearly every
-        begin), and not at all with begins queued (they may have come while a write was
-        failing). The wait for an outcome batch is ended by nearly every begin and then taken up
-        again to the same time: its timer stays set (`Alarm`)."""
+        """Waits until the loop's time is `due`, or less if woken (by nearly every begin; the
+        pause is then taken up again to the same time, its timer kept set by `Alarm`), and not
+        at all with begins queued (they may have come while a write was failing)."""
         if self._begins:
             return
         self._pause_due = due
@@ -246,10 +234,15 @@ class AuditWriter:
                 if not hurry and len(self._completions) < self.max_batch and due > loop.time():
                     await self._pause_until(due)
                     continue
+                # The batch is taken now, in this turn: a begin queued after it cannot have its
+                # outcome in it, so no outcome is written before its record.
+                size = self.max_batch
+                batch, self._completions = self._completions[:size], self._completions[size:]
                 if self._own_outcomes:
-                    self._writing = loop.create_task(self._write_completions())
+                    self._writing = loop.create_task(self._write_completions(batch))
+                    self._writing.add_done_callback(self._batch_done)
                 else:
-                    await self._write_completions()
+                    await self._write_completions(batch)
                 self._oldest_completion = loop.time()
             if self._closed:
                 await self._close_pg()  # outcomes queued after close() reopened it
@@ -267,7 +260,6 @@ class AuditWriter:
         """Waits for the outcome batch under way in its own task, or less if a begin comes."""
         if not task.done():
             self._waiter = asyncio.get_running_loop().create_future()
-            task.add_done_callback(lambda _: self._wake())
             try:
                 await self._waiter
             finally:
@@ -282,7 +274,7 @@ class AuditWriter:
         batch, self._begins = self._begins[: self.max_batch], self._begins[self.max_batch :]
         try:
             failure = await self._insert([values for values, _ in batch])
-            if failure is not None and len(batch) > 1 and not _unreachable(failure.__cause__):
+            if failure is not None and len(batch) > 1 and not unreachable(failure.__cause__):
                 # One bad record (say, messages that cannot be serialised) must not fail the
                 # requests that happened to share its transaction: retry each on its own.
                 for values, future in batch:
@@ -329,7 +321,7 @@ class AuditWriter:
             try:
                 await self._update([row])
             except WRITE_ERRORS as exc:
-                if _unreachable(exc):
+                if unreachable(exc):
                     # The database went away meanwhile: the rest wait for it, as a batch does.
                     self._completions[:0] = batch[n:]
                     self._settle_outcomes(n)
@@ -362,13 +354,18 @@ class AuditWriter:
             future.set_exception(failure)
             future.exception()  # a caller that went away has nobody to raise it to
 
-    async def _write_completions(self) -> None:
-        size = self.max_batch
-        batch, self._completions = self._completions[:size], self._completions[size:]
+    def _batch_done(self, _task: asyncio.Task[None]) -> None:
+        self._wake()
+
+    async def _write_completions(self, batch: list[dict[str, Any]]) -> None:
         try:
             await self._update(batch)
-        except WRITE_ERRORS as exc:
-            if len(batch) > 1 and not _unreachable(exc):
+        except Exception as exc:
+            if not isinstance(exc, WRITE_ERRORS):  # a bug: the batch is lost, the rest goes on
+                log.error("audit outcomes dropped", exc_info=exc, records=len(batch))
+                self._settle_outcomes(len(batch))
+                return
+            if len(batch) > 1 and not unreachable(exc):
                 # One outcome the database refuses must not take the others with it.
                 await self._complete_one_by_one(batch)
                 return
@@ -377,7 +374,7 @@ class AuditWriter:
             # charge); at close or shutdown, or for a batch the database itself refuses, they
             # are given up after a few tries: the records stay `pending`, and once this
             # process's heartbeat lapses a sweeper closes them with their last checkpoint.
-            waiting = _unreachable(exc) and not (self._closed or self._stopping)
+            waiting = unreachable(exc) and not (self._closed or self._stopping)
             if self._complete_failures >= COMPLETE_RETRIES and not waiting:
                 log.error("audit outcomes dropped", error=str(exc), records=len(batch))
                 self._complete_failures = 0
@@ -389,8 +386,10 @@ class AuditWriter:
             backoff = min(0.1 * 2 ** min(self._complete_failures, 6), MAX_RETRY_PAUSE)
             if self._own_outcomes:  # the begins go on meanwhile; a flush cuts this one short
                 self._retry = asyncio.get_running_loop().create_future()
-                await pause(self._retry, backoff)
-                self._retry = None
+                try:
+                    await pause(self._retry, backoff)
+                finally:
+                    self._retry = None
             else:
                 await self._pause_until(asyncio.get_running_loop().time() + backoff)
             return

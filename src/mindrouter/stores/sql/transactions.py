@@ -13,7 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Row
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import (
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as SqlTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from mindrouter.errors import InternalError, InvalidRequest
@@ -27,6 +34,14 @@ AnyRow = Row[*tuple[Any, ...]]
 DATABASE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, OSError)
 
 UNAVAILABLE = "the database is unavailable or failed; the error has been logged"
+
+
+def unreachable(exc: BaseException | None) -> bool:
+    """A failure of the connection rather than of the rows written: retrying row by row would
+    only repeat it once per row."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, OSError | OperationalError | InterfaceError | SqlTimeoutError)
 
 
 def utcnow() -> datetime:
