@@ -26,19 +26,17 @@ import time
 from pathlib import Path
 
 from bench.overhead.client import Pool, open_loop, percentile, post
+from bench.overhead.output import RESULTS
 from bench.overhead.targets import (
     GATEWAY_CORE,
     HOST,
     MODEL,
-    REPO,
     Server,
     _spawn,
     _wait_ready,
     start_mock,
 )
 from bench.ports import free_port
-
-RESULTS = REPO / "bench" / "results"
 
 APP = """
 import os

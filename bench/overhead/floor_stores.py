@@ -33,16 +33,14 @@ from typing import Any
 from bench.overhead import run, store_traffic
 from bench.overhead.client import post
 from bench.overhead.floor import BODY, measure, start_floor
+from bench.overhead.output import RESULTS
 from bench.overhead.targets import (
+    CLIENT_CORE,
     GATEWAY_CORE,
     HOST,
-    PG_DSN,
-    REDIS_URL,
     REPO,
     Server,
     Variant,
-    _pg_execute,
-    _redis_delete,
     _spawn,
     _wait_ready,
     start_mindrouter,
@@ -51,8 +49,6 @@ from bench.overhead.targets import (
     workdir,
 )
 from bench.ports import free_port
-
-RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 APP = r"""
 import os
@@ -105,14 +101,7 @@ app = Starlette(
 async def start_stores_relay(mode: str, mock_port: int, work: Path) -> Server:
     """The stores relay (`durable` or `fast`) on the gateways' core, with its own database and
     Redis key prefix, both removed when the server stops."""
-    env, db = await store_traffic.prepare(PG_DSN, REDIS_URL, mode)
-
-    async def drop_db() -> None:
-        await _pg_execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-
-    async def drop_keys() -> None:
-        await _redis_delete(env["FLOOR_PREFIX"])
-
+    store = await store_traffic.prepare(mode)
     app_dir = work / "stores-app"
     app_dir.mkdir(exist_ok=True)
     (app_dir / "stores_app.py").write_text(APP)
@@ -125,12 +114,12 @@ async def start_stores_relay(mode: str, mock_port: int, work: Path) -> Server:
         log,
         GATEWAY_CORE,
         env={
-            **env,
+            **store.env,
             "FLOOR_UPSTREAM": f"http://{HOST}:{mock_port}/v1/chat/completions",
             "PYTHONPATH": str(REPO),
         },
     )  # fmt: skip
-    server = Server(name, port, proc, log, cleanup=[drop_db, drop_keys], info={"database": db})
+    server = Server(name, port, proc, log, cleanup=[store.remove], info={"store": store})
     try:
         await _wait_ready(server, "/health", 60)
     except BaseException:
@@ -141,7 +130,7 @@ async def start_stores_relay(mode: str, mock_port: int, work: Path) -> Server:
 
 async def main(rate: float, rounds: int, duration: float, gateway: bool) -> str:
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {0})
+        os.sched_setaffinity(0, {int(CLIENT_CORE)})
     work = workdir()
     mock = await start_mock(work)
     servers: list[Server] = [mock]
@@ -184,9 +173,8 @@ async def main(rate: float, rounds: int, duration: float, gateway: bool) -> str:
                     flush=True,
                 )
         for s in servers:
-            if s.name.startswith("stores-relay"):
-                await asyncio.sleep(0.2)  # the last outcomes' flush
-                s.info["rows"] = await store_traffic.audit_rows(PG_DSN, s.info["database"])
+            if "store" in s.info:
+                s.info["rows"] = await s.info["store"].rows()
     finally:
         await stop_all(servers, work)
     return _report(got, rate, rounds, duration, loads, servers)

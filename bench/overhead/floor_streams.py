@@ -232,25 +232,23 @@ async def _relay(
     argv = [sys.executable, "-m", "bench.overhead.floor_streams", "--serve"]
     argv += [str(port), str(mock_port), *(["--decode"] if mode != "passthrough" else [])]
     env: dict[str, str | None] = {"PYTHONPATH": str(targets.REPO)}
-    db = None
+    store = None
     if mode == "stores":
         argv.append("--stores")
-        stores_env, db = await store_traffic.prepare(targets.PG_DSN, targets.REDIS_URL, "durable")
-        env.update(stores_env)
+        store = await store_traffic.prepare("durable")
+        env.update(store.env)
     relay = targets.Server(mode, port, targets._spawn(argv, workdir / f"{mode}.log",
                            targets.GATEWAY_CORE, env), workdir / f"{mode}.log")  # fmt: skip
     try:
         await _listening(port)
         relay.refresh_pids()
         stats = await _measure(port, streams, duration, relay)
-        if db is not None:
-            await asyncio.sleep(0.2)  # the last outcomes' flush
-            stats["rows"] = await store_traffic.audit_rows(targets.PG_DSN, db)
+        if store is not None:
+            stats["rows"] = await store.rows()
     finally:
         await relay.stop()
-        if db is not None:
-            await targets._pg_execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-            await targets._redis_delete(f"mrfloor:{db}:")
+        if store is not None:
+            await store.remove()
     return stats
 
 

@@ -11,19 +11,22 @@ callback; PostgreSQL through two asyncpg connections (begins, outcomes). `fast` 
 
 Configured from the environment (the relays run as processes of their own): FLOOR_DSN,
 FLOOR_AUDIT (durable or fast), FLOOR_REDIS (host:port:db) and FLOOR_PREFIX (Redis keys).
-`prepare` and `audit_rows` are the measuring side's: the database it needs, and what was
-written to it.
+`prepare` is the measuring side's: the database a relay needs, what was written to it, and its
+removal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
 import asyncpg
 import hiredis
+
+from bench.overhead import targets
 
 ADMIT = (
     b"local n = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], 60000) "
@@ -168,37 +171,46 @@ class Stores:
                 await self.outcome_conn.execute(OUTCOME, ids, tokens)
 
 
-async def prepare(dsn_root: str, redis_url: str, mode: str) -> tuple[dict[str, str], str]:
-    """A fresh database with the audit table, and the environment a relay using `Stores`
-    needs; also the database's name, for `audit_rows` and for dropping it."""
-    conn = await asyncpg.connect(f"{dsn_root}/postgres", timeout=10)
-    db = "mrfloor_" + uuid4().hex[:12]
-    try:
-        await conn.execute(f'CREATE DATABASE "{db}"')
-    finally:
-        await conn.close()
-    conn = await asyncpg.connect(f"{dsn_root}/{db}", timeout=10)
+@dataclass(frozen=True)
+class StoreDatabase:
+    """A stores relay's fresh PostgreSQL database (`name`) and Redis key prefix, and the
+    environment (`env`) the relay's `Stores` reads them from."""
+
+    name: str
+    env: dict[str, str]
+
+    async def rows(self) -> str:
+        """The audit rows the relay wrote and how many it completed, once its last outcomes are
+        written: the check that it did the store work it is measured for."""
+        await asyncio.sleep(0.2)  # longer than the outcomes are gathered
+        conn = await asyncpg.connect(f"{targets.PG_DSN}/{self.name}", timeout=10)
+        try:
+            row = await conn.fetchrow(
+                "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'ok') AS ok FROM records"
+            )
+        finally:
+            await conn.close()
+        return f"{row['n']} rows, {row['ok']} completed"
+
+    async def remove(self) -> None:
+        await targets._pg_execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+        await targets._redis_delete(self.env["FLOOR_PREFIX"])
+
+
+async def prepare(mode: str) -> StoreDatabase:
+    """A fresh database with the audit table, for a relay whose audit commits are `mode`
+    (durable or fast), on the benchmark's PostgreSQL and Redis."""
+    name = "mrfloor_" + uuid4().hex[:12]
+    await targets._pg_execute(f'CREATE DATABASE "{name}"')
+    conn = await asyncpg.connect(f"{targets.PG_DSN}/{name}", timeout=10)
     try:
         await conn.execute(TABLE)
     finally:
         await conn.close()
     env = {
-        "FLOOR_DSN": f"{dsn_root}/{db}",
+        "FLOOR_DSN": f"{targets.PG_DSN}/{name}",
         "FLOOR_AUDIT": mode,
-        "FLOOR_REDIS": redis_url.removeprefix("redis://").replace("/", ":"),
-        "FLOOR_PREFIX": f"mrfloor:{db}:",
+        "FLOOR_REDIS": targets.REDIS_URL.removeprefix("redis://").replace("/", ":"),
+        "FLOOR_PREFIX": f"mrfloor:{name}:",
     }
-    return env, db
-
-
-async def audit_rows(dsn_root: str, db: str) -> str:
-    """The audit rows a relay wrote and how many it completed: the check that it did the store
-    work it is measured for."""
-    conn = await asyncpg.connect(f"{dsn_root}/{db}", timeout=10)
-    try:
-        row = await conn.fetchrow(
-            "SELECT count(*) AS n, count(*) FILTER (WHERE status = 'ok') AS ok FROM records"
-        )
-    finally:
-        await conn.close()
-    return f"{row['n']} rows, {row['ok']} completed"
+    return StoreDatabase(name, env)

@@ -40,9 +40,7 @@ _EAGER_COMPLETE = _PATCH_STORES.format(body="    stores.audit.complete_delay = 0
 
 # The audit outcomes written by the begins' task, between begins, on their connection (as before
 # they had a connection and a task of their own): a begin then waits behind an outcome batch.
-_OUTCOMES_INLINE = _PATCH_STORES.format(
-    body="    stores.audit._own_outcomes = False\n    stores.audit.outcomes_pg = stores.audit.pg"
-)
+_OUTCOMES_INLINE = _PATCH_STORES.format(body="    stores.audit.outcomes_pg = stores.audit.pg")
 
 # The request waits for its clean-up (slot, audit outcome queued, limits settled in Redis, metrics)
 # before its response goes out; here the clean-up runs on after the response.

@@ -497,7 +497,7 @@ def test_x_api_key_and_any_version_accepted(stack: Stack) -> None:
 
 def _encode(events: list[StreamEvent]) -> list[dict[str, Any]]:
     encoder = MessagesStreamEncoder(
-        message_id="msg_test", model="m", input_tokens_hint=5, signing_key=SIGNING_KEY
+        message_id="msg_test", model="m", input_tokens_hint=lambda: 5, signing_key=SIGNING_KEY
     )
     raw = encoder.start() + b"".join(encoder.encode(e) for e in events)
     out: list[dict[str, Any]] = []

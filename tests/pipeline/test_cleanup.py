@@ -209,16 +209,16 @@ async def test_an_encoder_failing_in_mid_stream_is_recorded_as_an_error(
     assert (await g.backends())["one"]["in_flight"] == 0
 
 
-async def test_a_stream_encoder_that_cannot_be_built_is_recorded_as_an_error(
+async def test_an_anthropic_stream_encoder_failing_at_its_start_is_recorded_as_an_error(
     watched: tuple[InProcess, Recording], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Anthropic's encoder is built once the stream is open (it needs the flight's estimate).
+    # Anthropic's encoder asks for the flight's input estimate when the stream starts.
     g, _ = watched
 
-    def broken(self: object, **kwargs: object) -> None:
+    def broken(self: object) -> bytes:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(anthropic.MessagesStreamEncoder, "__init__", broken)
+    monkeypatch.setattr(anthropic.MessagesStreamEncoder, "start", broken)
     status, body = await g.post("anthropic", stream=True)
     assert status == 500
     assert orjson.loads(body)["error"]["type"] == "api_error"

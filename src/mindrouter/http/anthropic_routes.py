@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from mindrouter.dialects import anthropic as dialect
 from mindrouter.dialects.anthropic.fields import Dropped
-from mindrouter.http.common import failed_inside, json_response, stream_response
+from mindrouter.http.common import json_response, stream_response
 from mindrouter.http.entry import Endpoint, Entry
 from mindrouter.observability.logging import log
 from mindrouter.pipeline.context import RequestContext
@@ -58,22 +58,16 @@ def anthropic_routes(gateway: Gateway, settings: Settings) -> list[BaseRoute]:
         message_id = "msg_" + ctx.request_id.removeprefix("chatcmpl-")
         headers = {"request-id": ctx.request_id}
         if req.stream:
+            encoder = dialect.MessagesStreamEncoder(
+                message_id=message_id,
+                model=req.model,
+                # Counted when the flight opens (off the loop for a long prompt), not again.
+                input_tokens_hint=lambda: ctx.input_estimate,
+                signing_key=key,
+                return_reasoning=req.reasoning.return_reasoning,
+            )
+            # Opened last: once open, only the response's own `try` closes the stream.
             events = await gateway.open_stream(ctx, req)
-            try:
-                encoder = dialect.MessagesStreamEncoder(
-                    message_id=message_id,
-                    model=req.model,
-                    # Counted when the flight opened (off the loop for a long prompt), not again.
-                    input_tokens_hint=ctx.input_estimate,
-                    signing_key=key,
-                    return_reasoning=req.reasoning.return_reasoning,
-                )
-            except Exception as exc:
-                await failed_inside(events, exc)
-                raise
-            except BaseException:
-                await events.aclose()
-                raise
             return stream_response(encoder, events, ctx, headers)
         result = await gateway.generate(ctx, req)
         response = json_response(

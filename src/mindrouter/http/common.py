@@ -149,7 +149,7 @@ class EventStream(Response):
             try:
                 head = encoder.start()
             except Exception as exc:
-                await failed_inside(events, exc)
+                await _failed_inside(events, exc)
                 raise
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             writer = direct_writer(scope)
@@ -163,7 +163,7 @@ class EventStream(Response):
                 try:
                     out = encoder.encode(event)
                 except Exception as exc:
-                    await failed_inside(events, exc)
+                    await _failed_inside(events, exc)
                     raise
                 if head:
                     out, head = head + out, b""
@@ -183,7 +183,7 @@ class EventStream(Response):
         await send({"type": "http.response.body", "body": head + ending, "more_body": False})
 
 
-async def failed_inside(events: Events, exc: Exception) -> None:
+async def _failed_inside(events: Events, exc: Exception) -> None:
     """Closes the pipeline's `events` after the gateway's own code failed with `exc` while they
     waited (an encoder that the response called, say). The failure is thrown into them first,
     so that the request is recorded as an error: only closing them would record it as

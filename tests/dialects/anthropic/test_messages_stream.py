@@ -40,7 +40,7 @@ USAGE = Usage(input_tokens=30, output_tokens=12, cached_input_tokens=10)
 
 def encoder(**options: Any) -> MessagesStreamEncoder:
     return MessagesStreamEncoder(
-        message_id="msg_01", model="m", input_tokens_hint=25, signing_key=KEY, **options
+        message_id="msg_01", model="m", input_tokens_hint=lambda: 25, signing_key=KEY, **options
     )
 
 

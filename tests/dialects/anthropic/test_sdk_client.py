@@ -61,7 +61,7 @@ def streaming(events: list[StreamEvent], seen: list[ChatRequest]) -> Callable[..
         assert request.url.path == "/anthropic/v1/messages"
         seen.append(decode_messages_request(json.loads(request.content), signing_key=KEY))
         enc = MessagesStreamEncoder(
-            message_id="msg_sdk", model="m", input_tokens_hint=9, signing_key=KEY
+            message_id="msg_sdk", model="m", input_tokens_hint=lambda: 9, signing_key=KEY
         )
         body = enc.start() + enc.ping() + b"".join(enc.encode(e) for e in events)
         return httpx2.Response(200, headers={"content-type": enc.content_type}, content=body)

@@ -14,6 +14,7 @@ Anthropic client talking to this gateway and are not forwarded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -68,13 +69,13 @@ class MessagesStreamEncoder:
         *,
         message_id: str,
         model: str,
-        input_tokens_hint: int,
+        input_tokens_hint: Callable[[], int],
         signing_key: bytes,
         return_reasoning: bool = True,
     ) -> None:
         self._message_id = message_id
         self._model = model
-        self._input_hint = max(0, input_tokens_hint)
+        self._input_hint = input_tokens_hint  # asked when the stream starts
         self._key = signing_key
         self._return_reasoning = return_reasoning
         self._started = False
@@ -103,7 +104,7 @@ class MessagesStreamEncoder:
             "stop_reason": None,
             "stop_sequence": None,
             "usage": {
-                "input_tokens": self._input_hint,
+                "input_tokens": max(0, self._input_hint()),
                 "output_tokens": 1,
                 "cache_creation_input_tokens": 0,
                 "cache_read_input_tokens": 0,

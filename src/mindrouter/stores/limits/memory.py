@@ -94,16 +94,7 @@ class MemoryLimitStore:
         usage.leases[lease_id] = _Lease(expires, estimate_tokens)
         usage.reserved += estimate_tokens
         insort(usage.window, now)
-        return Ticket(
-            user=user,
-            reserved_tokens=estimate_tokens,
-            period_start=start,
-            lease_id=lease_id,
-            admitted_at=now,
-            lease_expires=expires,
-            period_seconds=limits.period_seconds,
-            origin="memory",
-        )
+        return Ticket.leased(user, limits, estimate_tokens, start, lease_id, now, expires, "memory")
 
     async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
         self.settle_now(ticket, used_tokens, now)

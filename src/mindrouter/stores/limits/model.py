@@ -66,6 +66,24 @@ class Ticket:
     period_seconds: float
     origin: Literal["memory", "redis"]
 
+    @classmethod
+    def leased(
+        cls,
+        user: str,
+        limits: Limits,
+        estimate: int,
+        period_start: float,
+        lease_id: str,
+        now: float,
+        expires: float,
+        origin: Literal["memory", "redis"],
+    ) -> Ticket:
+        """The ticket of an admission at `now` that reserved `estimate` tokens of the period
+        begun at `period_start` and took lease `lease_id` until `expires`."""
+        return cls(
+            user, estimate, period_start, lease_id, now, expires, limits.period_seconds, origin
+        )
+
 
 @dataclass(frozen=True)
 class Activity:

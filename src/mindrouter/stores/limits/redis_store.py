@@ -183,7 +183,9 @@ class RedisLimitStore:
             # lease that nobody would give back before it lapses. Its release goes out now, on
             # the same connection, so Redis runs it after the admission; it changes nothing if
             # the admission took no lease.
-            unanswered = _ticket(user, limits, estimate_tokens, now, lease_id, now, expires)
+            unanswered = Ticket.leased(
+                user, limits, estimate_tokens, now, lease_id, now, expires, "redis"
+            )
             self.settle_soon(unanswered, 0, now)
             raise
         if int(reply[0]) == 2:
@@ -202,7 +204,7 @@ class RedisLimitStore:
                 in_flight=int(in_flight),
             )
         start = float(text_of(reply[1]))
-        return _ticket(user, limits, estimate_tokens, start, lease_id, now, expires)
+        return Ticket.leased(user, limits, estimate_tokens, start, lease_id, now, expires, "redis")
 
     async def settle(self, ticket: Ticket, used_tokens: int, now: float) -> None:
         await self.settle_soon(ticket, used_tokens, now)
@@ -335,24 +337,3 @@ def _settled(
         done.set_exception(unavailable(exc))
     else:
         done.set_result(None)
-
-
-def _ticket(
-    user: str,
-    limits: Limits,
-    estimate: int,
-    period_start: float,
-    lease_id: str,
-    now: float,
-    expires: float,
-) -> Ticket:
-    return Ticket(
-        user=user,
-        reserved_tokens=estimate,
-        period_start=period_start,
-        lease_id=lease_id,
-        admitted_at=now,
-        lease_expires=expires,
-        period_seconds=limits.period_seconds,
-        origin="redis",
-    )

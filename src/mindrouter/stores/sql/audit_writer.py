@@ -80,7 +80,6 @@ class AuditWriter:
         # server's durability: they carry the usage charges), each batch in a task of its own.
         self.pg = pg
         self.outcomes_pg = outcomes_pg or pg
-        self._own_outcomes = pg is not None and self.outcomes_pg is not pg
         self._writing: asyncio.Task[None] | None = None
         self.max_batch = max_batch
         self.complete_delay = complete_delay
@@ -102,6 +101,11 @@ class AuditWriter:
         self._drain: asyncio.Task[None] | None = None
         self._closed = False
         self._stopping = False  # flush_final(): the process stops, no waiting for the database
+
+    @property
+    def _own_outcomes(self) -> bool:
+        """Whether outcome batches go on a connection, and so in a task, of their own."""
+        return self.outcomes_pg is not self.pg
 
     def begin(self, record: AuditStart) -> asyncio.Future[None]:
         """Queues the record's start; the future is done once it is committed and fails with
@@ -240,7 +244,7 @@ class AuditWriter:
                 batch, self._completions = self._completions[:size], self._completions[size:]
                 if self._own_outcomes:
                     self._writing = loop.create_task(self._write_completions(batch))
-                    self._writing.add_done_callback(self._batch_done)
+                    self._writing.add_done_callback(lambda _: self._wake())
                 else:
                     await self._write_completions(batch)
                 self._oldest_completion = loop.time()
@@ -353,9 +357,6 @@ class AuditWriter:
         else:
             future.set_exception(failure)
             future.exception()  # a caller that went away has nobody to raise it to
-
-    def _batch_done(self, _task: asyncio.Task[None]) -> None:
-        self._wake()
 
     async def _write_completions(self, batch: list[dict[str, Any]]) -> None:
         try:
